@@ -1,0 +1,111 @@
+"""The in-process API: load a model once, then answer typed questions about texts.
+
+    from decider import Decider, YesNo
+    with Decider("gemma-3-270m") as d:
+        print(d.decide("I was charged twice", [YesNo("Is this about billing?")]))
+
+The CLI and the gRPC service run this same flow.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import structlog
+
+from decider.engines import Engine, load_engine
+
+from .answers import Decision, Usage
+from .catalog import Catalog, ModelEntry
+from .errors import DeciderError, PromptTooLong
+from .guard import LogitsGuard
+from .plan import Plan, build_plan
+from .prompts import FORMATS
+from .questions import Limits, Question, Request
+
+log = structlog.get_logger("decider")
+
+
+class Decider:
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        engine: str | None = None,
+        n_ctx: int | None = None,
+        limits: Limits = Limits(),
+        catalog: Catalog | None = None,
+        **engine_options,
+    ) -> None:
+        catalog = catalog or Catalog()
+        self.entry: ModelEntry = catalog.get(model or catalog.default)
+        path = catalog.locate(self.entry)
+        self.limits = limits
+        self.format = FORMATS[self.entry.prompt_format]
+        self.engine: Engine = load_engine(
+            engine or self.entry.engine,
+            path,
+            n_ctx or self.entry.n_ctx or None,
+            model_name=self.entry.name,
+            **engine_options,
+        )
+        self.guard = LogitsGuard(self.engine.info.sentinel)
+        self._guard_lock = threading.Lock()
+        info = self.engine.info
+        log.info("model loaded", model=info.model_name, engine=self.engine.name,
+                 n_ctx=info.n_ctx, weights=info.weights, memory=info.memory)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.engine.info.n_ctx
+
+    def decide(self, text: str, questions: Sequence[Question], instructions: str = "") -> Decision:
+        return self.decide_request(Request(text, tuple(questions), instructions))
+
+    def decide_request(self, request: Request) -> Decision:
+        result = self.decide_many([request])[0]
+        if isinstance(result, DeciderError):
+            raise result
+        return result
+
+    def decide_many(self, requests: Sequence[Request]) -> list[Decision | DeciderError]:
+        """Answer several requests in one engine call. A request that is invalid or over
+        the window gets its own error; an engine failure raises for all of them."""
+        plans: list[Plan | DeciderError] = []
+        for request in requests:
+            try:
+                plans.append(self.plan(request))
+            except DeciderError as e:
+                plans.append(e)
+        ready = [p for p in plans if isinstance(p, Plan)]
+        if ready:
+            jobs = [p.job for p in ready]
+            results = self.engine.score(jobs)
+            with self._guard_lock:
+                self.guard.check(jobs, results)
+            answered = iter(results)
+        return [p if isinstance(p, DeciderError) else self._decision(p, next(answered))
+                for p in plans]
+
+    def plan(self, request: Request) -> Plan:
+        """Validate, tokenize and window-check one request (no engine pass)."""
+        request.validate(self.limits)
+        info = self.engine.info
+        plan = build_plan(request, self.format, self.engine.tokenize, info.bos_id)
+        if plan.window_tokens > info.n_ctx:
+            raise PromptTooLong(plan.window_tokens, info.n_ctx)
+        return plan
+
+    def _decision(self, plan: Plan, results) -> Decision:
+        usage = Usage(prompt_tokens=plan.prompt_tokens, window_tokens=plan.window_tokens)
+        return Decision(plan.read(results), self.entry.name, self.engine.name, usage)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> Decider:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

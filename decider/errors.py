@@ -1,0 +1,92 @@
+"""The errors decider raises: each carries a stable reason and machine-readable details.
+
+The gRPC service maps them to status codes and the CLI to exit codes, both from the
+`kind` of the error, so every front end reports the same failure the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    field: str  # dotted path, e.g. "questions[1].labels[0]"
+    description: str
+
+
+class DeciderError(Exception):
+    """Base class. `reason` is an UPPER_SNAKE constant; `metadata` holds string details."""
+
+    kind = "internal"  # invalid | not_found | out_of_range | exhausted | unavailable | internal
+    reason = "INTERNAL"
+
+    def __init__(self, message: str, **metadata: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata = {k: str(v) for k, v in metadata.items()}
+
+
+class InvalidRequest(DeciderError):
+    """A request field is missing, malformed or over a limit."""
+
+    kind = "invalid"
+    reason = "INVALID_REQUEST"
+
+    def __init__(self, violations: list[FieldViolation]) -> None:
+        self.violations = tuple(violations)
+        super().__init__("; ".join(f"{v.field}: {v.description}" for v in violations))
+
+
+class ConfigError(DeciderError):
+    """Bad load-time configuration: unknown engine, n_ctx out of bounds, bad catalog entry."""
+
+    kind = "invalid"
+    reason = "INVALID_CONFIG"
+
+
+class ModelNotFound(DeciderError):
+    kind = "not_found"
+    reason = "MODEL_NOT_FOUND"
+
+
+class PromptTooLong(DeciderError):
+    """The prompt does not fit the loaded window; decider never truncates."""
+
+    kind = "out_of_range"
+    reason = "PROMPT_TOO_LONG"
+
+    def __init__(self, prompt_tokens: int, n_ctx: int, where: str = "") -> None:
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+        at = f" ({where})" if where else ""
+        super().__init__(
+            f"prompt is {prompt_tokens} tokens{at}, over the loaded window n_ctx={n_ctx}; "
+            "shorten the text or load the model with a larger --n-ctx",
+            prompt_tokens=prompt_tokens,
+            n_ctx=n_ctx,
+        )
+
+
+class EngineNoLogits(DeciderError):
+    """The engine returned rows no forward pass wrote (sentinel, zeros, stale or non-finite)."""
+
+    kind = "internal"
+    reason = "ENGINE_RETURNED_NO_LOGITS"
+
+    def __init__(self, tell: str) -> None:
+        super().__init__(
+            "the engine returned no logits: the GPU pass failed, most likely out of memory "
+            f"({tell})",
+            tell=tell,
+        )
+
+
+class EngineOutOfMemory(DeciderError):
+    kind = "exhausted"
+    reason = "ENGINE_OUT_OF_MEMORY"
+
+
+class EngineFailure(DeciderError):
+    kind = "internal"
+    reason = "ENGINE_FAILURE"

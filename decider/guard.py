@@ -1,0 +1,55 @@
+"""The one guard between an engine's raw rows and an answer.
+
+A failed pass can leave the output buffer as it was: the sentinel the engine poisoned it
+with, zeros from allocation, or the previous pass's values. Softmax would turn any of
+them into a plausible-looking answer, so each is refused here:
+- a logit equal to the engine's sentinel;
+- a non-finite logit or logsumexp;
+- all selected logits exactly zero;
+- an answer-position row (label logits + full-vocabulary logsumexp) identical to one
+  from the previous pass for a different prompt. Identical prompts legitimately give
+  identical rows, so only a different prompt makes it a tell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from decider.engines.base import BranchResult, ScoreJob
+
+from .errors import EngineNoLogits
+
+
+class LogitsGuard:
+    def __init__(self, sentinel: float | None) -> None:
+        self._sentinel = sentinel
+        self._previous: dict[bytes, int] = {}  # answer-row fingerprint -> prompt hash
+
+    def check(self, jobs: Sequence[ScoreJob], results: Sequence[Sequence[BranchResult]]) -> None:
+        """Raise EngineNoLogits on the first row no forward pass can have written."""
+        current: dict[bytes, int] = {}
+        try:
+            for job, branches in zip(jobs, results, strict=True):
+                for branch, nodes in zip(job.branches, branches, strict=True):
+                    for node in nodes:
+                        self._check_row(node.logits, node.logsumexp)
+                    root = nodes[0]
+                    key = root.logits.tobytes() + np.float64(root.logsumexp).tobytes()
+                    prompt = hash((job.prefix, branch.suffix))
+                    if self._previous.get(key, prompt) != prompt:
+                        raise EngineNoLogits("the row is the previous pass's, left unwritten")
+                    current[key] = prompt
+        finally:
+            self._previous = current
+
+    def _check_row(self, logits: np.ndarray, logsumexp: float | None) -> None:
+        if self._sentinel is not None and np.any(logits == self._sentinel):
+            raise EngineNoLogits("the row still holds the sentinel written before the pass")
+        if not np.all(np.isfinite(logits)) or (
+            logsumexp is not None and not np.isfinite(logsumexp)
+        ):
+            raise EngineNoLogits("the row holds a non-finite value")
+        if not np.any(logits):
+            raise EngineNoLogits("the row is all zeros across the label tokens")

@@ -1,0 +1,104 @@
+"""Prompt formats and prompt planning: one shared prefix per text, one suffix per branch.
+
+The prefix (BOS + instructions + text) is computed once for every question about the
+text; each branch appends a short suffix that ends at the answer position. Options are
+listed in a canonical order (sorted by name) so an answer never depends on the order
+the labels were given in; scale levels keep their order, which is their meaning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .questions import Choice, Label, MultiLabel, Question, Scale, YesNo
+
+TEMPLATE_VERSION = "1"  # bump whenever any format's text changes: answers move with it
+
+YES, NO = "yes", "no"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFormat:
+    name: str
+    prefix: str  # with {instructions} and {text}
+    suffix: str  # with {body}: the question and its options
+    answer_space: bool  # the answer follows a space (" yes") rather than a line start
+    answer_end: str  # what follows an answer; ends a label that prefixes another
+
+    def render_prefix(self, text: str, instructions: str) -> str:
+        head = f"{instructions.strip()}\n\n" if instructions.strip() else ""
+        return self.prefix.format(instructions=head, text=text)
+
+    def surface_forms(self, name: str) -> list[str]:
+        """The spellings pooled into one answer: as given, lower case, capitalised."""
+        lead = " " if self.answer_space else ""
+        forms = [name, name.lower(), name[:1].upper() + name[1:].lower()]
+        return [lead + f for f in dict.fromkeys(forms)]
+
+
+FORMATS = {
+    # Base models: a plain Question/Answer layout keeps the answer in label space
+    # (measured on gemma-3-270m: 44-63% of the probability on the labels, against
+    # 0.1-2% with turn markup; "(yes or no)" on the question line beats a separate
+    # instruction line, 55-70% against 28-44%).
+    "plain": PromptFormat(
+        name="plain",
+        prefix="{instructions}Text: {text}\n\n",
+        suffix="{body}\nAnswer:",
+        answer_space=True,
+        answer_end="\n",
+    ),
+    # Gemma instruction-tuned models: the answer is the first token of the model turn.
+    "gemma-chat": PromptFormat(
+        name="gemma-chat",
+        prefix="<start_of_turn>user\n{instructions}Text: {text}\n\n",
+        suffix="{body}<end_of_turn>\n<start_of_turn>model\n",
+        answer_space=False,
+        answer_end="<end_of_turn>",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BranchPlan:
+    suffix: str
+    answers: tuple[str, ...]  # the names competing at this answer position
+
+
+def _describe(label: Label) -> str:
+    return f"{label.name} ({label.description})" if label.description else label.name
+
+
+def _listing(labels: tuple[Label, ...]) -> str:
+    if any(label.description for label in labels):
+        return "".join(f"\n- {_describe(label)}" for label in labels)
+    return " " + ", ".join(label.name for label in labels)
+
+
+def canonical(labels: tuple[Label, ...]) -> tuple[Label, ...]:
+    return tuple(sorted(labels, key=lambda label: (label.name.casefold(), label.name)))
+
+
+def plan_branches(q: Question, fmt: PromptFormat) -> list[BranchPlan]:
+    """The branches a question needs: one, or one yes/no branch per label (multi_label)."""
+    ask = q.question.strip()
+    if isinstance(q, YesNo):
+        return [BranchPlan(fmt.suffix.format(body=f"Question: {ask} (yes or no)"), (YES, NO))]
+    if isinstance(q, Choice):
+        labels = canonical(q.labels)
+        body = f"Question: {ask}\nOptions:{_listing(labels)}"
+        return [BranchPlan(fmt.suffix.format(body=body), tuple(lb.name for lb in labels))]
+    if isinstance(q, Scale):
+        body = f"Question: {ask}\nScale, lowest to highest:{_listing(q.levels)}"
+        return [BranchPlan(fmt.suffix.format(body=body), tuple(lv.name for lv in q.levels))]
+    assert isinstance(q, MultiLabel)
+    return [
+        BranchPlan(
+            fmt.suffix.format(
+                body=f"Question: {ask}\nLabel: {_describe(label)}\n"
+                "Does this label apply? (yes or no)"
+            ),
+            (YES, NO),
+        )
+        for label in q.labels
+    ]

@@ -1,0 +1,77 @@
+"""From raw trie logits to label probabilities.
+
+Rule (documented in docs/scoring.md):
+- Each answer is spelled in a few surface forms (" yes", " Yes"); every form is a
+  token sequence, a candidate.
+- A candidate's log-probability is the sum, along its tokens, of the log-softmax over
+  the tokens the label set allows at that step (the label trie). Only label rows of the
+  output head are needed, and long labels are not penalised against short ones.
+- A candidate that is a token-prefix of another gets the answer terminator appended, so
+  stopping and continuing compete at that step.
+- An answer's probability is the sum over its surface forms (pooling). The candidates'
+  probabilities sum to 1, so the answers' do too.
+- Label mass: the full-vocabulary probability at the answer position that fell on the
+  allowed first tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from decider.engines.base import BranchResult, Tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    sequences: tuple[Tokens, ...]
+    owner: tuple[int, ...]  # answer index of each sequence
+
+
+def build_candidates(
+    forms: Sequence[Sequence[str]], tokenize: Callable[[str], list[int]], end: Tokens
+) -> Candidates:
+    """Token sequences for each answer's surface forms; none a prefix of another."""
+    seqs: dict[Tokens, int] = {}
+    for owner, answer_forms in enumerate(forms):
+        for form in answer_forms:
+            toks = tuple(tokenize(form))
+            if toks and toks not in seqs:  # a form shared by two answers stays the first's
+                seqs[toks] = owner
+    keys = list(seqs)
+    ended: dict[Tokens, int] = {}
+    for toks in keys:
+        is_prefix = any(len(o) > len(toks) and o[: len(toks)] == toks for o in keys)
+        ended[toks + end if is_prefix else toks] = seqs[toks]
+    return Candidates(tuple(ended), tuple(ended.values()))
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+def answer_log_probs(cands: Candidates, result: BranchResult, n_answers: int) -> np.ndarray:
+    """log P(answer) for each answer of one branch, pooled over its surface forms."""
+    nodes = {node.path: node for node in result}
+    steps = {
+        path: dict(zip(node.token_ids, _log_softmax(node.logits)))
+        for path, node in nodes.items()
+    }
+    per_answer: list[list[float]] = [[] for _ in range(n_answers)]
+    for seq, owner in zip(cands.sequences, cands.owner):
+        per_answer[owner].append(sum(steps[seq[:k]][seq[k]] for k in range(len(seq))))
+    out = np.full(n_answers, -np.inf)
+    for i, lps in enumerate(per_answer):
+        if lps:
+            out[i] = np.logaddexp.reduce(np.array(lps))
+    return out
+
+
+def label_mass(result: BranchResult) -> float:
+    root = next(node for node in result if node.path == ())
+    lse = root.logsumexp
+    return float(np.exp(root.logits.astype(np.float64) - lse).sum()) if lse is not None else 0.0

@@ -1,0 +1,32 @@
+"""Backends behind one Engine protocol. Importing this package imports no backend."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from pathlib import Path
+
+from decider.errors import ConfigError
+
+from .base import Branch, BranchResult, Engine, EngineInfo, NodeLogits, ScoreJob, label_trie
+
+# name -> "module:class", imported only when that engine is loaded
+ENGINES = {"llama": "decider.engines.llama:LlamaEngine"}
+
+
+def load_engine(name: str, model_path: str | Path, n_ctx: int | None, **options) -> Engine:
+    """Load `model_path` into the engine called `name` with a per-sequence window n_ctx
+    (None: the engine's default, never above the model's trained context)."""
+    target = ENGINES.get(name)
+    if target is None:
+        raise ConfigError(f"unknown engine {name!r}; available: {', '.join(sorted(ENGINES))}",
+                          engine=name)
+    module, cls = target.split(":")
+    try:
+        engine_cls = getattr(import_module(module), cls)
+    except ImportError as e:
+        raise ConfigError(f"engine {name!r} is not installed: {e}", engine=name) from e
+    return engine_cls(model_path, n_ctx, **options)
+
+
+__all__ = ["ENGINES", "Branch", "BranchResult", "Engine", "EngineInfo", "NodeLogits",
+           "ScoreJob", "label_trie", "load_engine"]

@@ -1,0 +1,97 @@
+"""The one seam between decider and its backends: jobs in, raw label logits out.
+
+An engine does math only. It knows nothing of prompts, probabilities or gRPC; decider/
+plans the tokens, guards the rows and turns them into answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+Tokens = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One question's continuation of the shared prefix and its candidate labels."""
+
+    suffix: Tokens  # question + answer cue
+    candidates: tuple[Tokens, ...]  # label token sequences; none a prefix of another
+
+    def __post_init__(self) -> None:
+        if not self.suffix:
+            raise ValueError("Branch.suffix must hold at least one token")
+        if not self.candidates or any(not c for c in self.candidates):
+            raise ValueError("Branch.candidates must be non-empty token sequences")
+
+    def positions(self) -> int:
+        """Tokens this branch places after the prefix (the last label token is never fed)."""
+        return len(self.suffix) + max(len(c) for c in self.candidates) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreJob:
+    prefix: Tokens  # BOS + instructions + text, computed once for every branch
+    branches: tuple[Branch, ...]
+
+    def __post_init__(self) -> None:
+        if not self.prefix:
+            raise ValueError("ScoreJob.prefix must hold at least the BOS token")
+        if not self.branches:
+            raise ValueError("ScoreJob.branches must not be empty")
+
+    def window_tokens(self) -> int:
+        """The longest sequence the job puts in one window: prefix + suffix + label."""
+        return len(self.prefix) + max(b.positions() + 1 for b in self.branches)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLogits:
+    """Raw logits at one node of a branch's label trie."""
+
+    path: Tokens  # label tokens already placed after the suffix; () is the answer position
+    token_ids: Tokens  # the tokens allowed next, sorted
+    logits: np.ndarray  # float32, aligned with token_ids, exactly as the engine produced them
+    logsumexp: float | None = None  # over the full vocabulary; given at the answer position
+
+
+BranchResult = tuple[NodeLogits, ...]
+
+
+def label_trie(candidates: Sequence[Tokens]) -> dict[Tokens, Tokens]:
+    """Map each trie node (a proper prefix of some candidate) to its sorted next tokens."""
+    children: dict[Tokens, set[int]] = {}
+    for cand in candidates:
+        for k in range(len(cand)):
+            children.setdefault(tuple(cand[:k]), set()).add(cand[k])
+    return {path: tuple(sorted(ids)) for path, ids in children.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    model_name: str
+    model_path: str
+    n_ctx: int  # the per-sequence window loaded
+    n_ctx_train: int
+    n_vocab: int
+    bos_id: int
+    weights: str  # e.g. "Q4_K_M GGUF, 268M params"
+    memory: dict[str, int] = field(default_factory=dict)  # bytes: weights, kv, compute
+    sentinel: float | None = None  # value an unwritten row holds, when the engine poisons
+
+
+class Engine(Protocol):
+    name: str
+    info: EngineInfo
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text`: no BOS added, special tokens parsed."""
+
+    def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
+        """For each job, for each branch, the logits at every node of its label trie."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,338 @@
+"""llama.cpp engine: label logits through llama-cpp-python's low-level API.
+
+One job = one text. Its prefix is decoded once as sequence 0 and never modified. Each
+question branch is then decoded as its own sequences that start as copies of sequence 0
+(`seq_cp` in a unified KV cache shares the prefix cells, it copies nothing) and are
+removed afterwards. The prefix is never rolled back, so the sliding-window cache never
+loses cells a later branch needs. A branch whose labels need several trie positions
+feeds them as a token tree: a token shared by several label paths carries all their
+sequence ids, so each trie node costs one token.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as ll
+import numpy as np
+import structlog
+
+from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory, PromptTooLong
+
+from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, label_trie
+from .faults import take_fault
+
+log = structlog.get_logger("decider.engines.llama")
+
+SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
+PREFIX_SEQ = 0
+DEFAULT_N_CTX = 8192  # when neither the caller nor the catalog names a window
+
+# llama.cpp logs through one process-wide callback; model and context creation are
+# captured to read back what the context really allocated (KV cells, sizes).
+_capture_lock = threading.Lock()
+_captured: list[str] | None = None
+
+
+@ll.llama_log_callback
+def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    if _captured is not None:
+        _captured.append(text.decode("utf-8", "replace"))
+
+
+ll.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
+ll.llama_backend_init()
+
+_KV_LINE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One token of a group decode."""
+
+    token: int
+    pos: int
+    seqs: tuple[int, ...]
+    out: tuple[int, Tokens] | None  # (branch index, trie path) read from this token's output
+
+
+class LlamaEngine:
+    name = "llama"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        n_ctx: int | None = None,
+        *,
+        model_name: str = "",
+        n_parallel: int = 4,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+    ) -> None:
+        if not 1 <= n_parallel < 256:
+            raise ConfigError(f"n_parallel must be in [1, 255], got {n_parallel}")
+        path = Path(model_path)
+        self._lock = threading.Lock()  # a llama context is not thread-safe
+        self._prev_outputs = 0  # rows the last decode wrote: poisoned before the next one
+        self._model = self._ctx = self._batch = None
+        try:
+            with _captured_log() as lines:
+                n_ctx = self._load(path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers)
+        except BaseException:
+            self.close()
+            raise
+        self.kv_caches = _kv_caches(lines)  # what the context really allocated
+        self._check_swa_bounded()
+        self._mem = ll.llama_get_memory(self._ctx)
+        self._n_batch = n_batch
+        self._n_parallel = n_parallel
+        self._n_vocab = ll.llama_vocab_n_tokens(self._vocab)
+        self._cells = ll.llama_n_ctx(self._ctx)  # n_ctx padded by llama.cpp: KV cells in all
+        self._batch = ll.llama_batch_init(n_batch, 0, 1 + n_parallel)
+        desc = ctypes.create_string_buffer(256)
+        ll.llama_model_desc(self._model, desc, len(desc))
+        self.info = EngineInfo(
+            model_name=model_name or path.stem,
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_ctx_train=ll.llama_model_n_ctx_train(self._model),
+            n_vocab=self._n_vocab,
+            bos_id=ll.llama_vocab_bos(self._vocab),
+            weights=f"{desc.value.decode()} GGUF, {ll.llama_model_n_params(self._model)} params",
+            memory={
+                "weights": ll.llama_model_size(self._model),
+                "kv": sum(size for size, _, _ in self.kv_caches),
+            },
+            sentinel=SENTINEL,
+        )
+
+    def _load(self, path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers) -> int:
+        mparams = ll.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        self._model = ll.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self._model:
+            raise EngineFailure(f"llama.cpp could not load {path}", model_path=path)
+        self._vocab = ll.llama_model_get_vocab(self._model)
+        n_ctx_train = ll.llama_model_n_ctx_train(self._model)
+        n_ctx = n_ctx or min(DEFAULT_N_CTX, n_ctx_train)
+        if not 32 <= n_ctx <= n_ctx_train:
+            raise ConfigError(
+                f"n_ctx must be in [32, {n_ctx_train}] (the model's trained context), "
+                f"got {n_ctx}",
+                n_ctx=n_ctx,
+                n_ctx_train=n_ctx_train,
+            )
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1 + n_parallel  # the prefix + branch sequences
+        cparams.kv_unified = True  # branch sequences share the prefix cells
+        cparams.swa_full = False  # sliding layers keep only their window
+        cparams.no_perf = True
+        cparams.n_threads = cparams.n_threads_batch = n_threads or os.cpu_count() or 1
+        self._ctx = ll.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            raise EngineOutOfMemory(f"llama.cpp could not create a context of n_ctx={n_ctx}")
+        return n_ctx
+
+    def _check_swa_bounded(self) -> None:
+        """With swa_full off the sliding cache holds n_swa cells per sequence plus one
+        ubatch, not the whole context. Llama(...) would silently drop a misspelled flag;
+        this reads back what was allocated."""
+        n_swa = ll.llama_model_n_swa(self._model)
+        if not n_swa or len(self.kv_caches) != 2:
+            return
+        (_, full_cells, _), (_, swa_cells, _) = self.kv_caches
+        bounded = n_swa * ll.llama_n_seq_max(self._ctx) + ll.llama_n_ubatch(self._ctx)
+        if swa_cells > max(bounded, 256) + 255:
+            raise EngineFailure(
+                f"llama.cpp allocated {swa_cells} sliding-window cells (full cache: "
+                f"{full_cells}); swa_full must be off"
+            )
+
+    # -- Engine protocol -------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        data = text.encode("utf-8")
+        buf = (ll.llama_token * (len(data) + 8))()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, len(buf), False, True)
+        if n < 0:  # cannot happen with one slot per byte, but never read past the buffer
+            raise EngineFailure(f"tokenizer needed {-n} slots for {len(data)} bytes")
+        return buf[:n]
+
+    def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
+        for i, job in enumerate(jobs):  # the window check comes before any decode
+            if job.window_tokens() > self.info.n_ctx:
+                raise PromptTooLong(job.window_tokens(), self.info.n_ctx, where=f"job {i}")
+        with self._lock:
+            fault = take_fault()
+            if fault and fault[0] == "hang":
+                time.sleep(fault[1])
+            if fault and fault[0] == "oom":
+                raise EngineOutOfMemory("llama.cpp ran out of memory (injected fault)")
+            return [self._score_job(job, fault and fault[0]) for job in jobs]
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            ll.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            ll.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            ll.llama_model_free(self._model)
+            self._model = None
+
+    # -- one job ---------------------------------------------------------------------
+
+    def _score_job(self, job: ScoreJob, fault: str | None) -> list[BranchResult]:
+        ll.llama_memory_clear(self._mem, True)
+        prefix = [_Entry(t, p, (PREFIX_SEQ,), None) for p, t in enumerate(job.prefix)]
+        self._decode(prefix, fault)
+        nodes: list[dict[Tokens, NodeLogits]] = [{} for _ in job.branches]
+        for group in self._groups(job):
+            for seq in range(1, 1 + len(group)):
+                ll.llama_memory_seq_cp(self._mem, PREFIX_SEQ, seq, -1, -1)
+            entries = self._group_entries(job, group)
+            for (bi, path), node in self._decode(entries, fault, job.branches).items():
+                nodes[bi].setdefault(path, node)
+            for seq in range(1, 1 + len(group)):
+                ll.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        return [tuple(n[p] for p in sorted(n, key=len)) for n in nodes]
+
+    def _groups(self, job: ScoreJob) -> list[list[tuple[int, Tokens]]]:
+        """Pack (branch, trie leaf) pairs into decodes of at most n_parallel sequences whose
+        tokens fit the KV cells the prefix leaves free."""
+        free = self._cells - len(job.prefix)
+        groups: list[list[tuple[int, Tokens]]] = [[]]
+        placed: set[tuple[int, Tokens]] = set()  # (branch, node) already fed in the group
+        used = 0
+        for bi, branch in enumerate(job.branches):
+            for leaf in _leaves(label_trie(branch.candidates)):
+                cost = len(branch.suffix) * ((bi, ()) not in placed) + sum(
+                    (bi, leaf[:k]) not in placed for k in range(1, len(leaf) + 1)
+                )
+                if groups[-1] and (len(groups[-1]) == self._n_parallel or used + cost > free):
+                    groups.append([])
+                    placed.clear()
+                    used = 0
+                    cost = len(branch.suffix) + len(leaf)
+                groups[-1].append((bi, leaf))
+                placed.update((bi, leaf[:k]) for k in range(len(leaf) + 1))
+                used += cost
+        return groups
+
+    def _group_entries(self, job: ScoreJob, group: list[tuple[int, Tokens]]) -> list[_Entry]:
+        """The token tree of one group: each token carries the sequences of the leaves
+        below it; parents come before children, so every sequence stays consecutive."""
+        entries: list[_Entry] = []
+        base = len(job.prefix)
+        for bi in dict.fromkeys(bi for bi, _ in group):
+            suffix = job.branches[bi].suffix
+            leaves = {leaf: 1 + i for i, (b, leaf) in enumerate(group) if b == bi}
+            all_seqs = tuple(leaves.values())
+            for k, tok in enumerate(suffix):
+                out = (bi, ()) if k == len(suffix) - 1 else None
+                entries.append(_Entry(tok, base + k, all_seqs, out))
+            paths = sorted({leaf[:k] for leaf in leaves for k in range(1, len(leaf) + 1)},
+                           key=len)
+            for path in paths:
+                seqs = tuple(s for leaf, s in leaves.items() if leaf[: len(path)] == path)
+                entries.append(_Entry(path[-1], base + len(suffix) + len(path) - 1, seqs,
+                                      (bi, path)))
+        return entries
+
+    # -- llama_decode ----------------------------------------------------------------
+
+    def _decode(self, entries: list[_Entry], fault: str | None, branches=()) -> dict:
+        """Feed entries in n_batch chunks; read each output right after its chunk."""
+        read: dict[tuple[int, Tokens], NodeLogits] = {}
+        batch = self._batch
+        for start in range(0, len(entries), self._n_batch):
+            chunk = entries[start : start + self._n_batch]
+            outputs = []
+            for i, e in enumerate(chunk):
+                batch.token[i] = e.token
+                batch.pos[i] = e.pos
+                batch.n_seq_id[i] = len(e.seqs)
+                for j, s in enumerate(e.seqs):
+                    batch.seq_id[i][j] = s
+                batch.logits[i] = e.out is not None
+                if e.out is not None:
+                    outputs.append((i, e.out))
+            batch.n_tokens = len(chunk)
+            self._poison_previous_rows(fault)
+            if fault not in ("skip-decode", "zero-logits", "stale-logits"):
+                rc = ll.llama_decode(self._ctx, batch)
+                if rc == 1:
+                    raise EngineOutOfMemory("llama.cpp found no room in the KV cache")
+                if rc != 0:
+                    raise EngineFailure(f"llama_decode failed with code {rc}", code=rc)
+            self._prev_outputs = len(outputs)
+            for i, (bi, path) in outputs:
+                allowed = label_trie(branches[bi].candidates)[path]
+                read[(bi, path)] = self._read_row(i, path, allowed, fault)
+        return read
+
+    def _poison_previous_rows(self, fault: str | None) -> None:
+        """Write the sentinel over the rows the last decode produced, so a decode that
+        leaves them alone is caught. (The buffer can move inside llama_decode; a fresh
+        one holds zeros or old memory, which the guard's other tells cover.)"""
+        if fault == "stale-logits" or not self._prev_outputs:
+            return
+        base = ll.llama_get_logits(self._ctx)
+        if base:
+            rows = np.ctypeslib.as_array(base, shape=(self._prev_outputs * self._n_vocab,))
+            rows.fill(SENTINEL)
+
+    def _read_row(self, i: int, path: Tokens, allowed: Tokens, fault: str | None) -> NodeLogits:
+        ptr = ll.llama_get_logits_ith(self._ctx, i)
+        if not ptr:  # llama.cpp has no output row i: report it as unwritten
+            row = np.full(self._n_vocab, SENTINEL, dtype=np.float32)
+        else:
+            row = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        if fault == "zero-logits":
+            row = np.zeros(self._n_vocab, dtype=np.float32)
+        logits = row[list(allowed)].copy()
+        lse = _logsumexp(row) if path == () else None
+        return NodeLogits(path, allowed, logits, lse)
+
+
+def _leaves(trie: dict[Tokens, Tokens]) -> list[Tokens]:
+    """Trie nodes with no child node: the paths a branch's sequences end on."""
+    return [p for p in trie if not any(len(q) > len(p) and q[: len(p)] == p for q in trie)]
+
+
+def _logsumexp(row: np.ndarray) -> float:
+    finite = row[np.isfinite(row)]
+    if finite.size == 0:
+        return float("nan")
+    m = float(finite.max())
+    return m + float(np.log(np.exp(row.astype(np.float64) - m).sum()))
+
+
+@contextmanager
+def _captured_log() -> Iterator[list[str]]:
+    global _captured
+    with _capture_lock:
+        _captured = lines = []
+        try:
+            yield lines
+        finally:
+            _captured = None
+
+
+def _kv_caches(lines: list[str]) -> list[tuple[int, int, int]]:
+    """(bytes, cells, layers) of each KV cache llama.cpp allocated: full, then sliding."""
+    return [
+        (int(float(m[1]) * 2**20), int(m[2]), int(m[3])) for m in _KV_LINE.finditer("".join(lines))
+    ]
