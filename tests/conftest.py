@@ -1,0 +1,63 @@
+"""Shared fixtures: the real embedded model, assembled once into a per-run cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decider.catalog import Catalog
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """A private cache for the run: the embedded model is assembled into it once."""
+    path = tmp_path_factory.mktemp("cache")
+    os.environ["DECIDER_CACHE_DIR"] = str(path)
+    os.environ["DECIDER_CATALOG"] = str(path / "no-user-catalog.toml")
+    return path
+
+
+@pytest.fixture(scope="session")
+def catalog(cache_dir) -> Catalog:
+    return Catalog(cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="session")
+def model_path(catalog) -> Path:
+    return catalog.locate(catalog.get("gemma-3-270m"))
+
+
+@pytest.fixture(scope="session")
+def decider(model_path, catalog):
+    from decider import Decider
+
+    with Decider("gemma-3-270m", catalog=catalog, n_ctx=2048) as d:
+        yield d
+
+
+@pytest.fixture
+def fault_file(tmp_path, monkeypatch) -> Path:
+    """The engine fault hook: write a fault name here and the next pass takes it."""
+    path = tmp_path / "fault"
+    monkeypatch.setenv("DECIDER_FAULT_FILE", str(path))
+    return path
+
+
+@pytest.fixture
+def run_cli(model_path):
+    """Run the real `decider` executable; returns the CompletedProcess."""
+
+    def run(*args: str, stdin: bytes | None = None, env: dict | None = None):
+        return subprocess.run(
+            [sys.executable, "-m", "decider.cli", *args],
+            input=stdin if stdin is not None else b"",
+            capture_output=True,
+            env={**os.environ, **(env or {})},
+            timeout=300,
+        )
+
+    return run

@@ -1,0 +1,59 @@
+"""The guard refuses every kind of row no forward pass wrote, and only those."""
+
+import numpy as np
+import pytest
+
+from decider.engines.base import Branch, NodeLogits, ScoreJob
+from decider.errors import EngineNoLogits
+from decider.guard import LogitsGuard
+
+SENTINEL = float(np.finfo(np.float32).min)
+rng = np.random.default_rng()
+
+
+def job(prefix=(2, 10, 11)):
+    return ScoreJob(prefix, (Branch((20, 21), ((5,), (7,))),))
+
+
+def row(values, lse=12.5):
+    return [[(NodeLogits((), (5, 7), np.asarray(values, np.float32), lse),)]]
+
+
+def fresh():
+    return rng.normal(0, 4, 2).astype(np.float32)
+
+
+def test_a_written_row_passes():
+    LogitsGuard(SENTINEL).check([job()], row(fresh()))
+
+
+@pytest.mark.parametrize(
+    "values, lse, tell",
+    [
+        ([SENTINEL, 1.0], 12.5, "sentinel"),
+        ([0.0, 0.0], 12.5, "all zeros"),
+        ([np.nan, 1.0], 12.5, "non-finite"),
+        ([np.inf, 1.0], 12.5, "non-finite"),
+        ([1.0, 2.0], float("nan"), "non-finite"),
+    ],
+)
+def test_unwritten_rows_are_refused(values, lse, tell):
+    with pytest.raises(EngineNoLogits, match=tell) as info:
+        LogitsGuard(SENTINEL).check([job()], row(values, lse))
+    assert info.value.reason == "ENGINE_RETURNED_NO_LOGITS"
+    assert "the engine returned no logits" in str(info.value)
+
+
+def test_the_previous_pass_row_for_another_prompt_is_stale():
+    guard = LogitsGuard(SENTINEL)
+    values = fresh()
+    guard.check([job((2, 10, 11))], row(values))
+    with pytest.raises(EngineNoLogits, match="previous pass"):
+        guard.check([job((2, 10, 12))], row(values))
+
+
+def test_the_same_prompt_may_give_the_same_row_again():
+    guard = LogitsGuard(SENTINEL)
+    values = fresh()
+    guard.check([job()], row(values))
+    guard.check([job()], row(values))

@@ -1,0 +1,176 @@
+"""The llama.cpp engine on the real gemma-3-270m, checked against plain one-sequence
+decodes with llama-cpp-python's own Llama class (no shared prefix, no token tree)."""
+
+from __future__ import annotations
+
+from unittest.mock import patch
+
+import numpy as np
+import pytest
+
+from decider.engines import Branch, ScoreJob, load_engine
+from decider.errors import ConfigError, PromptTooLong
+from decider.scoring import answer_log_probs, build_candidates
+
+# The plain decodes use the engine's split (prefix, then the rest), flash attention
+# setting and weight layout: llama.cpp's logits move by up to ~0.3 with any of them.
+LOGIT_TOL = 1e-4
+WINDOW = 512  # gemma-3-270m's sliding window
+
+
+@pytest.fixture(scope="module")
+def engine(model_path):
+    e = load_engine("llama", model_path, 4096, n_parallel=2)
+    yield e
+    e.close()
+
+
+def plain_llama(model_path, n_batch=512):
+    """llama-cpp-python's high-level class, set up as the engine sets up its context:
+    every position's logits of one sequence, no shared prefix, no token tree."""
+    import llama_cpp.llama_cpp as lowlevel  # the module Llama calls
+    from llama_cpp import Llama
+
+    defaults = lowlevel.llama_model_default_params
+
+    def as_the_engine():  # plain weight layout
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    with patch.object(lowlevel, "llama_model_default_params", as_the_engine):
+        return Llama(str(model_path), n_ctx=4096, n_batch=n_batch, logits_all=True,
+                     swa_full=False, flash_attn=True, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def plain(model_path):
+    llm = plain_llama(model_path)
+    yield llm
+    llm.close()
+
+
+def direct(llm, prefix, rest) -> np.ndarray:
+    """Logits at every position of prefix + rest, decoded in the engine's split."""
+    llm.reset()
+    llm.eval(list(prefix))
+    llm.eval(list(rest))
+    return np.array(llm.scores[: len(prefix) + len(rest)])
+
+
+def words(n: int, seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    pool = "the a customer order parcel refund late broken screen price paid twice " \
+           "delivery support email account password login error charge card bank".split()
+    return " ".join(rng.choice(pool, n))
+
+
+def test_swa_full_is_off_and_the_kv_cache_is_bounded(model_path):
+    e = load_engine("llama", model_path, 32768, n_parallel=1)
+    try:
+        (full_bytes, full_cells, full_layers), (swa_bytes, swa_cells, swa_layers) = e.kv_caches
+        assert (full_cells, full_layers, swa_layers) == (32768, 3, 15)
+        # window x 2 sequences (prefix, one branch) + one ubatch; swa_full would be 32768
+        assert swa_cells == 2 * WINDOW + 512
+        assert e.info.memory["kv"] == full_bytes + swa_bytes
+        assert e.info.memory["kv"] < 120 * 2**20  # swa_full on: 576 MiB
+    finally:
+        e.close()
+
+
+def test_n_ctx_outside_the_trained_context_is_refused(model_path):
+    for bad in (31, 32769):
+        with pytest.raises(ConfigError, match=r"n_ctx must be in \[32, 32768\]"):
+            load_engine("llama", model_path, bad)
+
+
+def test_labels_sharing_a_first_token_match_a_direct_computation(engine, plain):
+    tok = engine.tokenize
+    prefix = (engine.info.bos_id, *tok(f"Text: {words(40, 1)}\n\n"))
+    suffix = tuple(tok("Question: What does the customer want?\nAnswer:"))
+    forms = [[" refund request"], [" refund status"], [" billing"]]
+    cands = build_candidates(forms, tok, tuple(tok("\n")))
+    first = {c[0] for c in cands.sequences}
+    assert len(first) == 2  # the two refund labels share their first token
+
+    [[result]] = engine.score([ScoreJob(prefix, (Branch(suffix, cands.sequences),))])
+    lp = answer_log_probs(cands, result, 3)
+
+    # direct: one plain sequence per label, softmax over the allowed tokens at each step
+    def allowed_softmax(logits, path):
+        ids = sorted({c[len(path)] for c in cands.sequences if c[: len(path)] == path})
+        x = logits[ids].astype(np.float64)
+        return dict(zip(ids, np.exp(x - x.max()) / np.exp(x - x.max()).sum()))
+
+    # one plain sequence through the shared first token gives every trie position's row
+    shared = next(c for c in cands.sequences if len(c) > 1)[:1]
+    rows = direct(plain, prefix, suffix + shared)
+    answer = len(prefix) + len(suffix) - 1
+    expected = []
+    for seq in cands.sequences:
+        p = 1.0
+        for k in range(len(seq)):
+            p *= allowed_softmax(rows[answer + k], seq[:k])[seq[k]]
+        expected.append(p)
+    np.testing.assert_allclose(np.exp(lp), expected, atol=1e-6)
+    assert abs(lp[0] - lp[1]) > 1e-3  # different scores, not one first-token score
+    for node in result:  # and the raw logits themselves
+        expected_row = rows[answer + len(node.path)][list(node.token_ids)]
+        np.testing.assert_allclose(node.logits, expected_row, atol=LOGIT_TOL)
+
+
+@pytest.mark.parametrize("prefix_words", [30, 700])  # the second is past the sliding window
+def test_a_shared_prefix_gives_the_logits_of_separate_plain_passes(engine, plain, prefix_words):
+    tok = engine.tokenize
+    prefix = (engine.info.bos_id, *tok(f"Text: {words(prefix_words, prefix_words)}\n\n"))
+    labels = tuple((t,) for t in tok(" yes no maybe"))
+    questions = ["Is it late?", "Was the customer charged twice?", "Is a screen broken?"]
+    branches = tuple(Branch(tuple(tok(f"Question: {q}\nAnswer:")), labels) for q in questions)
+    assert len(prefix) + len(branches[0].suffix) > WINDOW or prefix_words < 100
+    [shared] = engine.score([ScoreJob(prefix, branches)])  # 3 branches, 2 per decode
+    for branch, [root] in zip(branches, shared):
+        expected = direct(plain, prefix, branch.suffix)[-1]
+        np.testing.assert_allclose(root.logits, expected[list(root.token_ids)], atol=LOGIT_TOL)
+        lse = np.log(np.exp(expected.astype(np.float64) - expected.max()).sum()) + expected.max()
+        assert root.logsumexp == pytest.approx(lse, abs=LOGIT_TOL)
+
+
+def test_input_longer_than_n_batch_is_split(model_path):
+    engine = load_engine("llama", model_path, 4096, n_batch=32, n_parallel=2)
+    llm = plain_llama(model_path, n_batch=32)
+    try:
+        tok = engine.tokenize
+        prefix = (engine.info.bos_id, *tok(f"Text: {words(150, 7)}\n\n"))
+        suffix = tuple(tok("Question: " + words(60, 8) + "?\nAnswer:"))
+        assert len(prefix) > 2 * 32 and len(suffix) > 32
+        [[[root]]] = engine.score([ScoreJob(prefix, (Branch(suffix, ((3,), (4,))),))])
+        expected = direct(llm, prefix, suffix)[-1][[3, 4]]
+        np.testing.assert_allclose(root.logits, expected, atol=LOGIT_TOL)
+    finally:
+        engine.close()
+        llm.close()
+
+
+def test_the_window_is_checked_before_any_decode(model_path, fault_file):
+    e = load_engine("llama", model_path, 64)
+    try:
+        fault_file.write_text("oom")  # a pass that starts would take this and fail with OOM
+        job = ScoreJob((2,) * 60, (Branch((3,) * 4, ((5,), (6,))),))
+        with pytest.raises(PromptTooLong) as info:
+            e.score([job])
+        assert (info.value.prompt_tokens, info.value.n_ctx) == (65, 64)
+        assert fault_file.exists()
+    finally:
+        e.close()
+
+
+def test_a_branch_gets_the_same_logits_alone_or_batched_with_others(engine):
+    tok = engine.tokenize
+    prefix = (engine.info.bos_id, *tok(f"Text: {words(80, 9)}\n\n"))
+    labels = tuple((t,) for t in tok(" yes no"))
+    branches = tuple(Branch(tuple(tok(f"Question: {q}?\nAnswer:")), labels)
+                     for q in ("Is it late", "Is it broken", "Was it paid twice"))
+    [together] = engine.score([ScoreJob(prefix, branches)])
+    for branch, [root] in zip(branches, together):
+        [[[alone]]] = engine.score([ScoreJob(prefix, (branch,))])
+        assert np.array_equal(root.logits, alone.logits)
