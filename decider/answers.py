@@ -8,12 +8,20 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 
+def _json_shaped(value):
+    if isinstance(value, (tuple, list)):
+        return [_json_shaped(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_shaped(v) for k, v in value.items()}
+    return value
+
+
 class _Answer:
     __slots__ = ()
     type: ClassVar[str]
 
     def to_dict(self) -> dict:
-        return {"type": self.type, **asdict(self)}
+        return {"type": self.type, **_json_shaped(asdict(self))}
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from .answers import (
     ScaleAnswer,
     YesNoAnswer,
 )
-from .prompts import YES, PromptFormat, plan_branches
+from .prompts import YES, PromptFormat, canonical, plan_branches
 from .questions import Choice, MultiLabel, Question, Request, Scale, YesNo
 from .scoring import Candidates, answer_log_probs, build_candidates, label_mass
 
@@ -90,9 +90,11 @@ def _answer(q: Question, keys, scored: list[tuple[dict[str, float], float]]) -> 
         expected = float(sum(i * p for i, p in enumerate(ordered.values())))
         return ScaleAnswer(q.question, best, expected, ordered, mass)
     assert isinstance(q, MultiLabel)
+    by_name = {lb.name: s for lb, s in zip(canonical(q.labels), scored)}
     decisions = tuple(
         LabelDecision(lb.name, pr[YES], pr[YES] >= q.threshold, m)
-        for lb, (pr, m) in zip(q.labels, scored)
+        for lb in q.labels
+        for pr, m in [by_name[lb.name]]
     )
     chosen = tuple(d.label for d in decisions if d.chosen)
     return MultiLabelAnswer(q.question, decisions, chosen, q.threshold,

@@ -92,7 +92,7 @@ def plan_branches(q: Question, fmt: PromptFormat) -> list[BranchPlan]:
         body = f"Question: {ask}\nScale, lowest to highest:{_listing(q.levels)}"
         return [BranchPlan(fmt.suffix.format(body=body), tuple(lv.name for lv in q.levels))]
     assert isinstance(q, MultiLabel)
-    return [
+    return [  # canonical order too: the batch a branch lands in can move its logits
         BranchPlan(
             fmt.suffix.format(
                 body=f"Question: {ask}\nLabel: {_describe(label)}\n"
@@ -100,5 +100,5 @@ def plan_branches(q: Question, fmt: PromptFormat) -> list[BranchPlan]:
             ),
             (YES, NO),
         )
-        for label in q.labels
+        for label in canonical(q.labels)
     ]

@@ -1,0 +1,198 @@
+"""`decider run` end to end: the real executable, the real gemma-3-270m on the CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from decider import Choice, Label, MultiLabel, Scale, YesNo
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "decision.schema.json").read_text())
+TEXT = "I was charged twice for my order, please refund me."
+N_CTX = "2048"  # the `decider` fixture's window: same window, same logits
+
+QUESTIONS = {
+    "yes_no": (["-q", "Does the customer request a refund?"],
+               YesNo("Does the customer request a refund?")),
+    "choice": (["-q", "What is the topic?", "-l", "billing", "-l", "shipping=parcels and delivery",
+                "-l", "technical problem"],
+               Choice("What is the topic?", ["billing", Label("shipping", "parcels and delivery"),
+                                            "technical problem"])),
+    "multi_label": (["-q", "Which apply?", "--multi", "-l", "refund", "-l", "angry customer",
+                     "--threshold", "0.6"],
+                    MultiLabel("Which apply?", ["refund", "angry customer"], threshold=0.6)),
+    "scale": (["-q", "How urgent is it?", "--scale", "low", "--scale", "medium", "--scale", "high"],
+              Scale("How urgent is it?", ["low", "medium", "high"])),
+}
+
+
+def distributions(answer: dict) -> list[dict[str, float]]:
+    if answer["type"] == "yes_no":
+        return [{"yes": answer["p_yes"], "no": 1 - answer["p_yes"]}]
+    if answer["type"] == "multi_label":
+        return [{"yes": d["p"], "no": 1 - d["p"]} for d in answer["labels"]]
+    return [answer["probabilities"]]
+
+
+@pytest.mark.parametrize("kind", list(QUESTIONS))
+def test_each_question_type_through_the_cli_matches_the_python_api(kind, run_cli, decider):
+    flags, question = QUESTIONS[kind]
+    out = run_cli("run", "gemma-3-270m", TEXT, *flags, "--json", "--n-ctx", N_CTX)
+    assert out.returncode == 0, out.stderr.decode()
+    decision = json.loads(out.stdout)
+    jsonschema.validate(decision, SCHEMA)
+    [answer] = decision["answers"]
+    assert answer["type"] == kind
+    for dist in distributions(answer):
+        assert all(math.isfinite(p) and 0 <= p <= 1 for p in dist.values())
+        assert sum(dist.values()) == pytest.approx(1.0, abs=1e-9)
+    assert 0 < answer["label_mass"] <= 1
+
+    api = decider.decide(TEXT, [question]).to_dict()
+    [api_answer] = api["answers"]
+    assert api_answer.keys() == answer.keys()
+    for got, want in zip(distributions(answer), distributions(api_answer)):
+        assert got == pytest.approx(want, abs=1e-6)
+    for key in ("decision", "label", "chosen", "level"):
+        assert answer.get(key) == api_answer.get(key)
+
+
+def test_plain_output_answers_in_words(run_cli):
+    out = run_cli("run", "gemma-3-270m", TEXT, "-q", "Is this about money?")
+    assert out.returncode == 0, out.stderr.decode()
+    lines = out.stdout.decode().splitlines()
+    assert lines[0] == "Is this about money?"
+    assert lines[1].split()[0] in ("yes", "no") and "p_yes" in lines[1]
+    assert out.stderr == b""  # nothing but answers unless asked (-v)
+
+
+def test_text_from_stdin(run_cli):
+    piped = run_cli("run", "gemma-3-270m", "-q", "Is this about money?", "--json", stdin=TEXT.encode())
+    dash = run_cli("run", "gemma-3-270m", "-", "-q", "Is this about money?", "--json",
+                   stdin=TEXT.encode())
+    given = run_cli("run", "gemma-3-270m", TEXT, "-q", "Is this about money?", "--json")
+    assert piped.returncode == dash.returncode == given.returncode == 0
+    assert json.loads(piped.stdout) == json.loads(dash.stdout) == json.loads(given.stdout)
+
+
+def test_over_the_window_exits_1_with_the_counts_and_runs_no_pass(run_cli, fault_file):
+    fault_file.write_text("oom")  # any pass that starts takes this file and fails with OOM
+    out = run_cli("run", "gemma-3-270m", "many words " * 60, "-q", "Is it long?",
+                  "--n-ctx", "64")
+    assert out.returncode == 1
+    err = out.stderr.decode()
+    assert "PROMPT_TOO_LONG" in err and "n_ctx=64" in err
+    assert int(err.split("prompt is ")[1].split()[0]) > 64
+    assert out.stdout == b""
+    assert fault_file.exists()  # no engine pass began
+
+
+@pytest.mark.parametrize("fault", ["zero-logits", "skip-decode"])
+def test_a_pass_that_writes_no_logits_gives_the_explicit_error(run_cli, fault_file, fault):
+    fault_file.write_text(fault)
+    out = run_cli("run", "gemma-3-270m", TEXT, "-q", "Is this about money?", "--json")
+    assert out.returncode == 1
+    assert out.stdout == b""  # no answer
+    err = out.stderr.decode()
+    assert "ENGINE_RETURNED_NO_LOGITS" in err
+    assert "the engine returned no logits: the GPU pass failed, most likely out of memory" in err
+    assert not fault_file.exists()
+
+
+def test_a_stale_row_from_the_previous_request_is_refused(decider, fault_file):
+    from decider.errors import EngineNoLogits
+
+    q = [YesNo("Is this about money?")]
+    decider.decide("The invoice shows a double charge.", q)
+    fault_file.write_text("stale-logits")  # the next pass leaves the buffer as it was
+    with pytest.raises(EngineNoLogits, match="previous pass"):
+        decider.decide("My parcel is lost.", q)
+    decider.decide("My parcel is lost.", q)  # the engine itself is fine afterwards
+
+
+HUGE = "x" * (256 * 1024 + 1)
+
+
+@pytest.mark.parametrize(
+    "args, stdin, words",
+    [
+        (["run", "gemma-3-270m", "", "-q", "Q?"], None, "text: must not be empty"),
+        (["run", "gemma-3-270m", "text"], None, "--question: is required"),
+        (["run", "gemma-3-270m", "text", "-q", ""], None, "questions[0].question: must not be empty"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "-l", "a", "-l", "A"], None, "duplicates"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "-l", "a", "-l", ""], None,
+         "labels[1]: must not be empty"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "-l", "only"], None, "needs at least 2, got 1"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", *sum((["-l", f"l{i}"] for i in range(257)), [])],
+         None, "257 given, over the limit of 256"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--multi", "-l", "a", "--threshold", "1.5"],
+         None, "threshold: must be a number in [0, 1]"),
+        (["run", "gemma-3-270m", "-", "-q", "Q?"], HUGE.encode(), "over the limit of 262144"),
+        (["run", "gemma-3-270m", "-", "-q", "Q?"], b"caf\xe9 \xff", "text: is not valid UTF-8"),
+        (["run", "gemma-3-270m", b"caf\xe9", "-q", "Q?"], None, "text: is not valid UTF-8"),
+        (["run", "no-such-model", "t", "-q", "Q?"], None, "MODEL_NOT_FOUND: unknown model"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--engine", "warp"], None, "unknown engine"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--n-ctx", "31"], None, "n_ctx must be in [32, 32768]"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--n-ctx", "40000"], None,
+         "n_ctx must be in [32, 32768]"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--scale", "a", "-l", "b"], None,
+         "--scale: cannot be combined with --label"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--bogus"], None, "unrecognized arguments"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_field_and_the_limit(run_cli, args, stdin, words):
+    out = run_cli(*args, stdin=stdin)
+    assert out.returncode == 2, out.stderr.decode()
+    assert words in out.stderr.decode()
+    assert out.stdout == b""
+
+
+def test_too_many_questions_in_a_jsonl_line(run_cli, tmp_path):
+    lines = [
+        {"text": "fine", "questions": [{"question": "ok?"}]},
+        {"text": "t", "questions": [{"question": f"q{i}?"} for i in range(33)]},
+        {"text": "long " * 100, "questions": [{"question": "long?"}]},
+        "not json",
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines))
+    out = run_cli("run", "gemma-3-270m", "--jsonl", str(path), "--n-ctx", "64")
+    assert out.returncode == 2  # the worst line: a validation error
+    first, second, third, fourth = (json.loads(x) for x in out.stdout.decode().splitlines())
+    jsonschema.validate(first, SCHEMA)
+    assert second["error"]["reason"] == "INVALID_REQUEST"
+    assert "33 questions, over the limit of 32" in second["error"]["message"]
+    assert third["error"]["reason"] == "PROMPT_TOO_LONG"
+    assert third["error"]["n_ctx"] == "64" and int(third["error"]["prompt_tokens"]) > 64
+    assert fourth["error"]["violations"][0]["field"] == "line 4"
+
+
+def test_answers_do_not_depend_on_label_order(decider):
+    labels = ["billing", "shipping", "technical problem", "account"]
+    a = decider.decide(TEXT, [Choice("Topic?", labels), MultiLabel("Which?", labels)])
+    b = decider.decide(TEXT, [Choice("Topic?", labels[::-1]), MultiLabel("Which?", labels[::-1])])
+    assert a.answers[0].probabilities == b.answers[0].probabilities
+    assert list(b.answers[0].probabilities) == labels[::-1]  # reported in the order given
+    assert {d.label: d.p for d in a.answers[1].labels} == {d.label: d.p for d in b.answers[1].labels}
+
+
+# llama.cpp's logits move with how tokens are grouped into one decode (CPU flash
+# attention past 64 tokens a batch): measured up to 0.2 on a logit, and up to 0.05 on a
+# probability for the same prompt split differently.
+P_TOL = 0.05
+
+
+def test_several_questions_share_one_prefix_and_match_separate_requests(decider):
+    questions = [q for _, q in QUESTIONS.values()]
+    together = decider.decide(TEXT, questions)
+    for q, answer in zip(questions, together.answers):
+        [alone] = decider.decide(TEXT, [q]).answers
+        a, b = alone.to_dict(), answer.to_dict()
+        for got, want in zip(distributions(b), distributions(a)):
+            assert got == pytest.approx(want, abs=P_TOL)
+    assert together.usage.prompt_tokens < sum(
+        decider.decide(TEXT, [q]).usage.prompt_tokens for q in questions)
