@@ -1,9 +1,11 @@
 """llama.cpp engine: label logits through llama-cpp-python's low-level API.
 
 One job = one text. Its prefix is decoded once as sequence 0 and never modified. Each
-question branch is then decoded as its own sequences that start as copies of sequence 0
-(`seq_cp` in a unified KV cache shares the prefix cells, it copies nothing) and are
-removed afterwards. The prefix is never rolled back, so the sliding-window cache never
+question branch is decoded as its own sequences, which share the prefix cells of a
+unified KV cache: the first group of branches is decoded in the same batch as the
+prefix (its tokens carry those sequence ids too), later groups start as copies of
+sequence 0 (`seq_cp` shares cells, it copies nothing). Branch sequences are removed
+afterwards. The prefix is never rolled back, so the sliding-window cache never
 loses cells a later branch needs. A branch whose labels need several trie positions
 feeds them as a token tree: a token shared by several label paths carries all their
 sequence ids, so each trie node costs one token.
@@ -207,16 +209,19 @@ class LlamaEngine:
 
     def _score_job(self, job: ScoreJob, fault: str | None) -> list[BranchResult]:
         ll.llama_memory_clear(self._mem, True)
-        prefix = [_Entry(t, p, (PREFIX_SEQ,), None) for p, t in enumerate(job.prefix)]
-        self._decode(prefix, fault)
         nodes: list[dict[Tokens, NodeLogits]] = [{} for _ in job.branches]
-        for group in self._groups(job):
-            for seq in range(1, 1 + len(group)):
-                ll.llama_memory_seq_cp(self._mem, PREFIX_SEQ, seq, -1, -1)
+        for i, group in enumerate(self._groups(job)):
+            seqs = tuple(range(1, 1 + len(group)))
             entries = self._group_entries(job, group)
+            if i == 0:  # the first group rides along with the prefix: one decode, not two
+                entries = [_Entry(t, p, (PREFIX_SEQ, *seqs), None)
+                           for p, t in enumerate(job.prefix)] + entries
+            else:
+                for seq in seqs:
+                    ll.llama_memory_seq_cp(self._mem, PREFIX_SEQ, seq, -1, -1)
             for (bi, path), node in self._decode(entries, fault, job.branches).items():
                 nodes[bi].setdefault(path, node)
-            for seq in range(1, 1 + len(group)):
+            for seq in seqs:
                 ll.llama_memory_seq_rm(self._mem, seq, -1, -1)
         return [tuple(n[p] for p in sorted(n, key=len)) for n in nodes]
 
@@ -288,10 +293,15 @@ class LlamaEngine:
                     raise EngineOutOfMemory("llama.cpp found no room in the KV cache")
                 if rc != 0:
                     raise EngineFailure(f"llama_decode failed with code {rc}", code=rc)
+            stale_rows = self._prev_outputs if fault == "stale-logits" else 0
             self._prev_outputs = len(outputs)
-            for i, (bi, path) in outputs:
+            for j, (i, (bi, path)) in enumerate(outputs):
                 allowed = label_trie(branches[bi].candidates)[path]
-                read[(bi, path)] = self._read_row(i, path, allowed, fault)
+                row = self._previous_row(j) if j < stale_rows else self._row(i)
+                if fault == "zero-logits":
+                    row = np.zeros(self._n_vocab, dtype=np.float32)
+                read[(bi, path)] = NodeLogits(path, allowed, row[list(allowed)].copy(),
+                                              _logsumexp(row) if path == () else None)
         return read
 
     def _poison_previous_rows(self, fault: str | None) -> None:
@@ -305,17 +315,17 @@ class LlamaEngine:
             rows = np.ctypeslib.as_array(base, shape=(self._prev_outputs * self._n_vocab,))
             rows.fill(SENTINEL)
 
-    def _read_row(self, i: int, path: Tokens, allowed: Tokens, fault: str | None) -> NodeLogits:
+    def _row(self, i: int) -> np.ndarray:
+        """The logits of batch token i, as llama.cpp maps it to its output buffer."""
         ptr = ll.llama_get_logits_ith(self._ctx, i)
         if not ptr:  # llama.cpp has no output row i: report it as unwritten
-            row = np.full(self._n_vocab, SENTINEL, dtype=np.float32)
-        else:
-            row = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
-        if fault == "zero-logits":
-            row = np.zeros(self._n_vocab, dtype=np.float32)
-        logits = row[list(allowed)].copy()
-        lse = _logsumexp(row) if path == () else None
-        return NodeLogits(path, allowed, logits, lse)
+            return np.full(self._n_vocab, SENTINEL, dtype=np.float32)
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
+    def _previous_row(self, j: int) -> np.ndarray:
+        """Output row j as the previous decode left it (the stale-logits fault)."""
+        base = ll.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(base, shape=((j + 1) * self._n_vocab,))[j * self._n_vocab:]
 
 
 def _leaves(trie: dict[Tokens, Tokens]) -> list[Tokens]:

