@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create .venv with decider and its llama.cpp engine (CPU build). --test adds the test tools.
+#
+# llama-cpp-python ships only as a source package: the first install compiles llama.cpp
+# (about 8 minutes on 2 cores); pip's wheel cache keeps the result for later installs.
+# GGML_NATIVE=OFF makes that cached wheel portable to any x86-64 host.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras=llama
+case "${1:-}" in
+  --test) extras=llama,test ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--test]" >&2; exit 2 ;;
+esac
+
+python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+.venv/bin/python -m pip install --quiet -c constraints/cpu.txt -e ".[$extras]"
