@@ -30,8 +30,14 @@ class Label:
         return value if isinstance(value, Label) else cls(value)
 
 
-def _labels(values: Sequence[Label | str]) -> tuple[Label, ...]:
-    return tuple(Label.of(v) for v in values)
+class _WithOptions:
+    """Accepts labels as plain strings or Label, in any sequence; stores a tuple."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        name = "levels" if isinstance(self, Scale) else "labels"
+        object.__setattr__(self, name, tuple(Label.of(v) for v in getattr(self, name)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +50,16 @@ class YesNo:
 
 
 @dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(_WithOptions):
     """Exactly one of the labels."""
 
     question: str
     labels: tuple[Label, ...]
     type: ClassVar[str] = "choice"
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", _labels(self.labels))
-
 
 @dataclass(frozen=True, slots=True)
-class MultiLabel:
+class MultiLabel(_WithOptions):
     """Any of the labels: each is an independent yes/no, chosen when p >= threshold."""
 
     question: str
@@ -64,20 +67,14 @@ class MultiLabel:
     threshold: float = 0.5
     type: ClassVar[str] = "multi_label"
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", _labels(self.labels))
-
 
 @dataclass(frozen=True, slots=True)
-class Scale:
+class Scale(_WithOptions):
     """One level of an ordinal scale, levels ordered lowest first."""
 
     question: str
     levels: tuple[Label, ...]
     type: ClassVar[str] = "scale"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "levels", _labels(self.levels))
 
 
 Question = YesNo | Choice | MultiLabel | Scale

@@ -101,19 +101,25 @@ def test_bad_user_catalogs_name_the_file_and_the_key(tmp_path, body, words):
     assert str(path) in str(info.value)
 
 
-def test_a_hub_model_is_refused_until_pulled_then_found(tmp_path, monkeypatch, capsys):
+def serve_hub(monkeypatch, content: bytes) -> list:
+    """Stand in for the Hub: hf_hub_download writes `content`; returns the call log."""
+    import huggingface_hub
+
     calls = []
 
     def fake_hub_download(repo_id, filename, revision, local_dir):  # the Hub's contract
         calls.append((repo_id, filename, revision))
         target = Path(local_dir) / filename
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(b"GGUF-from-the-hub")
+        target.write_bytes(content)
         return str(target)
 
-    import huggingface_hub
-
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hub_download)
+    return calls
+
+
+def test_a_hub_model_is_refused_until_pulled_then_found(tmp_path, monkeypatch, capsys):
+    calls = serve_hub(monkeypatch, b"GGUF-from-the-hub")
     monkeypatch.setenv("DECIDER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("DECIDER_CATALOG", str(user_catalog(tmp_path, f"""
 [models.hubby]
@@ -143,15 +149,7 @@ sha256 = "{hashlib.sha256(b'GGUF-from-the-hub').hexdigest()}"
 
 
 def test_a_pulled_file_with_the_wrong_hash_is_removed(tmp_path, monkeypatch):
-    import huggingface_hub
-
-    def fake_hub_download(repo_id, filename, revision, local_dir):
-        target = Path(local_dir) / filename
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(b"tampered")
-        return str(target)
-
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hub_download)
+    serve_hub(monkeypatch, b"tampered")
     cat = Catalog(user_file=user_catalog(tmp_path, f"""
 [models.hubby]
 source = "huggingface"
