@@ -53,6 +53,27 @@ def _parser() -> argparse.ArgumentParser:
                      help="answer one JSON request per line of FILE ('-': stdin), one model load")
     _add_load_flags(run)
     run.add_argument("--json", action="store_true", help="print the answer as JSON")
+    run.add_argument("--server", metavar="ADDRESS",
+                     help="ask a running daemon (unix:///path or host:port) instead of "
+                          "loading the model here")
+
+    serve = sub.add_parser("serve", help="run the gRPC daemon")
+    serve.add_argument("--model", help="catalog name or .gguf path (default: the catalog's)")
+    serve.add_argument("--listen", action="append", metavar="ADDRESS",
+                       help="unix:///path or host:port, repeatable (default 127.0.0.1:50051)")
+    serve.add_argument("--max-queue", type=int, default=256, help="requests waiting at most")
+    serve.add_argument("--max-batch", type=int, default=16, help="requests per engine call")
+    serve.add_argument("--tls-cert", help="PEM certificate for TCP listeners")
+    serve.add_argument("--tls-key", help="PEM private key for TCP listeners")
+    serve.add_argument("--tls-client-ca", help="require client certificates from this CA")
+    serve.add_argument("--allow-insecure-tcp", action="store_true",
+                       help="serve plaintext on non-loopback TCP addresses")
+    serve.add_argument("--log-format", choices=["auto", "json", "console"], default="json")
+    _add_load_flags(serve)
+
+    health = sub.add_parser("health", help="exit 0 only when a daemon reports SERVING")
+    health.add_argument("address", help="unix:///path or host:port")
+    health.add_argument("--timeout", type=float, default=5.0)
 
     models = sub.add_parser("models", help="list the models the catalog knows")
     models.add_argument("--json", action="store_true")
@@ -150,12 +171,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise InvalidRequest([FieldViolation("--question", "is required (or use --jsonl)")])
         request = Request(_read_text(args.text), (_question(args),), args.instructions)
         request.validate()  # refuse bad input before loading the model
+    if args.server:
+        return _run_remote(args, lines if args.jsonl else None,
+                           None if args.jsonl else request)
     with Decider(args.model, **_load_options(args)) as decider:
         if args.jsonl:
-            return _run_jsonl(decider, lines)
+            return _run_jsonl(decider.decide_request, lines)
         decision = decider.decide_request(request)
     print(json.dumps(decision.to_dict(), indent=2) if args.json else _format(decision))
     return EXIT_OK
+
+
+def _run_remote(args: argparse.Namespace, lines, request) -> int:
+    from .client import DeciderClient
+
+    with DeciderClient(args.server, timeout=None) as client:
+        if lines is not None:
+            return _run_jsonl(lambda req: decision_from(client, req, args.model), lines)
+        decision = decision_from(client, request, args.model)
+    print(json.dumps(decision.to_dict(), indent=2) if args.json else _format(decision))
+    return EXIT_OK
+
+
+def decision_from(client, request, model: str):
+    from .wire import decision_from_proto
+
+    return decision_from_proto(client.decide_raw(request, model))
 
 
 def _jsonl_lines(path: str) -> list[str]:
@@ -169,7 +210,7 @@ def _jsonl_lines(path: str) -> list[str]:
         raise InvalidRequest([FieldViolation("--jsonl", f"is not valid UTF-8 (byte {e.start})")])
 
 
-def _run_jsonl(decider, lines: Sequence[str]) -> int:
+def _run_jsonl(decide, lines: Sequence[str]) -> int:
     """One JSON line out per line in: the decision, or {"error": ...}. Exit: the worst."""
     from .questions import request_from_dict
 
@@ -182,7 +223,7 @@ def _run_jsonl(decider, lines: Sequence[str]) -> int:
                 data = json.loads(line)
             except json.JSONDecodeError as e:
                 raise InvalidRequest([FieldViolation(f"line {n}", f"not JSON: {e.msg}")])
-            out = decider.decide_request(request_from_dict(data, decider.limits)).to_dict()
+            out = decide(request_from_dict(data)).to_dict()
         except DeciderError as e:
             if e.reason == "ENGINE_RETURNED_NO_LOGITS":
                 raise  # the engine is broken: stop, do not answer the rest from it
@@ -236,6 +277,40 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .logs import configure
+    from .server import DEFAULT_LISTEN, ServeConfig, check_listeners, serve
+
+    configure(level=["info", "info", "debug"][min(args.verbose, 2)], fmt=args.log_format,
+              stream=sys.stdout)  # services log JSON lines to stdout (journald)
+    cfg = ServeConfig(model=args.model, engine=args.engine, n_ctx=args.n_ctx,
+                      n_threads=args.threads, listen=args.listen or [DEFAULT_LISTEN],
+                      max_queue=args.max_queue, max_batch=args.max_batch,
+                      tls_cert=args.tls_cert, tls_key=args.tls_key,
+                      tls_client_ca=args.tls_client_ca,
+                      allow_insecure_tcp=args.allow_insecure_tcp)
+    check_listeners(cfg)
+    return asyncio.run(serve(cfg))
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(args.address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=args.timeout)
+        except grpc.RpcError as e:
+            print(f"decider: {args.address}: {e.code().name}: {e.details()}", file=sys.stderr)
+            return EXIT_REFUSED
+    name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    print(name)
+    return EXIT_OK if reply.status == health_pb2.HealthCheckResponse.SERVING else EXIT_REFUSED
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
@@ -243,7 +318,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"run": _cmd_run, "models": _cmd_models, "pull": _cmd_pull, "bench": _cmd_bench}
+COMMANDS = {"run": _cmd_run, "serve": _cmd_serve, "health": _cmd_health, "models": _cmd_models,
+            "pull": _cmd_pull, "bench": _cmd_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

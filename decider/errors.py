@@ -18,7 +18,7 @@ class FieldViolation:
 class DeciderError(Exception):
     """Base class. `reason` is an UPPER_SNAKE constant; `metadata` holds string details."""
 
-    kind = "internal"  # invalid | not_found | out_of_range | exhausted | unavailable | internal
+    kind = "internal"  # invalid not_found out_of_range exhausted unavailable deadline internal
     reason = "INTERNAL"
 
     def __init__(self, message: str, **metadata: object) -> None:
@@ -90,3 +90,20 @@ class EngineOutOfMemory(DeciderError):
 class EngineFailure(DeciderError):
     kind = "internal"
     reason = "ENGINE_FAILURE"
+
+
+class QueueFull(DeciderError):
+    kind = "exhausted"
+    reason = "QUEUE_FULL"
+
+
+class Unavailable(DeciderError):
+    """Not serving now: loading, draining, or reloading after an engine failure."""
+
+    kind = "unavailable"
+    reason = "UNAVAILABLE"
+
+
+class DeadlineExceeded(DeciderError):
+    kind = "deadline"
+    reason = "DEADLINE_EXCEEDED"

@@ -1,0 +1,119 @@
+"""A small typed client for a running decider daemon, sync and async.
+
+    from decider.client import DeciderClient
+    with DeciderClient("unix:///run/decider/decider.sock") as c:
+        decision = c.decide("I was charged twice", [YesNo("Refund requested?")])
+
+Errors raise RemoteError: the gRPC code, the ErrorInfo reason and metadata, and the
+BadRequest field violations, as the server sent them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from .answers import Decision
+from .errors import DeciderError, FieldViolation
+from .questions import Question, Request
+from .v1 import decider_pb2 as pb
+from .v1 import decider_pb2_grpc as pb_grpc
+from .wire import CODES, decision_from_proto, request_to_proto
+
+_KINDS = {code: kind for kind, code in CODES.items()}
+
+
+class RemoteError(DeciderError):
+    """An error the daemon returned. `kind` follows the gRPC code, as for local errors."""
+
+    def __init__(self, code: grpc.StatusCode, reason: str, message: str,
+                 metadata: dict[str, str], violations: Sequence[FieldViolation] = ()) -> None:
+        super().__init__(message, **metadata)
+        self.code = code
+        self.reason = reason or code.name
+        self.kind = _KINDS.get(code, "internal")
+        self.violations = tuple(violations)
+
+
+def _remote_error(e: grpc.RpcError) -> RemoteError:
+    reason, metadata, violations = "", {}, []
+    status = rpc_status.from_call(e)
+    for detail in status.details if status else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason, metadata = info.reason, dict(info.metadata)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations = [FieldViolation(v.field, v.description) for v in bad.field_violations]
+    return RemoteError(e.code(), reason, e.details() or "", metadata, violations)
+
+
+def _open_channel(address: str, credentials: grpc.ChannelCredentials | None, module):
+    if credentials is not None:
+        return module.secure_channel(address, credentials)
+    return module.insecure_channel(address)
+
+
+class DeciderClient:
+    def __init__(self, address: str, *, timeout: float | None = 30.0,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
+        self._channel = _open_channel(address, credentials, grpc)
+        self._stub = pb_grpc.DeciderStub(self._channel)
+        self.timeout = timeout
+
+    def decide(self, text: str, questions: Sequence[Question], *, instructions: str = "",
+               model: str = "") -> Decision:
+        return decision_from_proto(self.decide_raw(Request(text, tuple(questions), instructions),
+                                                   model))
+
+    def decide_raw(self, request: Request, model: str = "") -> pb.DecideResponse:
+        """The full response: answers, usage, timings and provenance."""
+        try:
+            return self._stub.Decide(request_to_proto(request, model), timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise _remote_error(e) from None
+
+    def list_models(self) -> pb.ListModelsResponse:
+        try:
+            return self._stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise _remote_error(e) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> DeciderClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class AsyncDeciderClient:
+    def __init__(self, address: str, *, timeout: float | None = 30.0,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
+        self._channel = _open_channel(address, credentials, grpc.aio)
+        self._stub = pb_grpc.DeciderStub(self._channel)
+        self.timeout = timeout
+
+    async def decide(self, text: str, questions: Sequence[Question], *,
+                     instructions: str = "", model: str = "") -> Decision:
+        request = request_to_proto(Request(text, tuple(questions), instructions), model)
+        try:
+            return decision_from_proto(await self._stub.Decide(request, timeout=self.timeout))
+        except grpc.RpcError as e:
+            raise _remote_error(e) from None
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncDeciderClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
