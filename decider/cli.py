@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-insecure-tcp", action="store_true",
                        help="serve plaintext on non-loopback TCP addresses")
     serve.add_argument("--log-format", choices=["auto", "json", "console"], default="json")
+    serve.add_argument("--metrics-port", type=int,
+                       help="serve Prometheus metrics on 127.0.0.1:PORT (off by default)")
     _add_load_flags(serve)
 
     health = sub.add_parser("health", help="exit 0 only when a daemon reports SERVING")
@@ -290,7 +292,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                       max_queue=args.max_queue, max_batch=args.max_batch,
                       tls_cert=args.tls_cert, tls_key=args.tls_key,
                       tls_client_ca=args.tls_client_ca,
-                      allow_insecure_tcp=args.allow_insecure_tcp)
+                      allow_insecure_tcp=args.allow_insecure_tcp,
+                      metrics_port=args.metrics_port)
     check_listeners(cfg)
     return asyncio.run(serve(cfg))
 

@@ -19,6 +19,7 @@ import structlog
 
 from .answers import Decision
 from .errors import DeadlineExceeded, DeciderError, EngineFailure, QueueFull, Unavailable
+from .metrics import Metrics
 from .questions import Request
 
 log = structlog.get_logger("decider.scheduler")
@@ -47,12 +48,14 @@ class Scheduler:
         max_queue: int = 256,
         max_batch: int = 16,
         on_engine_failure: Callable[[DeciderError], Awaitable[None]] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.decide_many = decide_many  # swapped by the server after a reload
         self.max_queue = max_queue
         self.max_batch = max_batch
         self.accepting = True
         self._on_failure = on_engine_failure
+        self.metrics = metrics or Metrics()
         self._queue: deque[_Pending] = deque()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="decider-engine")
@@ -74,6 +77,7 @@ class Scheduler:
                             max_queue=self.max_queue)
         pending = _Pending(request, deadline, asyncio.get_running_loop().create_future())
         self._queue.append(pending)
+        self.metrics.queue_depth.set(len(self._queue))
         self._wake.set()
         try:
             return await pending.future
@@ -105,6 +109,7 @@ class Scheduler:
                     "the deadline passed while the request waited for the engine"))
                 continue
             batch.append(p)
+        self.metrics.queue_depth.set(len(self._queue))
         return batch
 
     async def _run(self) -> None:
@@ -114,6 +119,8 @@ class Scheduler:
             self._wake.clear()
             while batch := self._take_batch():
                 self.busy_since = started = time.monotonic()
+                self.metrics.engine_calls.inc()
+                self.metrics.engine_requests.inc(len(batch))
                 try:
                     results = await loop.run_in_executor(
                         self._executor, self.decide_many, [p.request for p in batch])
@@ -122,6 +129,7 @@ class Scheduler:
                         f"the engine call failed: {type(e).__name__}: {e}")
                     log.error("engine failure", reason=error.reason, error=error.message,
                               requests=len(batch))
+                    self.metrics.engine_failures.labels(error.reason).inc()
                     self._resolve(batch, [error] * len(batch))
                     self.busy_since = None
                     if self._on_failure and error.kind == "internal":

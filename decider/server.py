@@ -23,6 +23,7 @@ from . import __version__
 from .api import Decider
 from .catalog import Catalog, file_sha256
 from .errors import ConfigError, DeciderError, ModelNotFound
+from .metrics import Metrics
 from .prompts import TEMPLATE_VERSION
 from .questions import Request, YesNo
 from .scheduler import Outcome, Scheduler
@@ -50,6 +51,7 @@ class ServeConfig:
     tls_key: str | None = None
     tls_client_ca: str | None = None  # require client certificates signed by this CA
     allow_insecure_tcp: bool = False  # plaintext on a non-loopback address
+    metrics_port: int | None = None  # Prometheus text format on 127.0.0.1:PORT
 
 
 def _is_loopback(address: str) -> bool:
@@ -87,8 +89,10 @@ class Daemon:
         self.sha256 = ""
         self.exit_code = 0
         self.stopped = asyncio.Event()
+        self.metrics = Metrics()
         self.scheduler = Scheduler(self._decide_many, max_queue=cfg.max_queue,
-                                   max_batch=cfg.max_batch, on_engine_failure=self._reload)
+                                   max_batch=cfg.max_batch, on_engine_failure=self._reload,
+                                   metrics=self.metrics)
         self.server: grpc.aio.Server | None = None
 
     def _decide_many(self, requests: list[Request]) -> list:
@@ -127,11 +131,15 @@ class Daemon:
         for addr in self.cfg.listen:
             self._bind(addr)
         await self.server.start()
+        metrics_port = None
+        if self.cfg.metrics_port is not None:
+            metrics_port = self.metrics.serve(self.cfg.metrics_port)
         self.scheduler.start()
         await self._set_health(True)
         info = self.decider.engine.info
         log.info("serving", listen=self.cfg.listen, model=info.model_name,
-                 engine=self.decider.engine.name, n_ctx=info.n_ctx, sha256=self.sha256)
+                 engine=self.decider.engine.name, n_ctx=info.n_ctx, sha256=self.sha256,
+                 metrics_port=metrics_port)
 
     def _bind(self, addr: str) -> None:
         if addr.startswith("unix:"):
@@ -204,16 +212,27 @@ class DeciderService(pb_grpc.DeciderServicer):
                                      model=o.decision.model, model_sha256=d.sha256,
                                      template_version=TEMPLATE_VERSION))
 
+    def _record(self, rid: str, t0: float, outcome: str, **fields) -> None:
+        seconds = time.monotonic() - t0
+        m = self.daemon.metrics
+        m.requests.labels(outcome).inc()
+        m.latency.observe(seconds)
+        log.info("decide", request_id=rid, outcome=outcome, ms=round(1000 * seconds, 2),
+                 **fields)
+
     async def Decide(self, request, context):
         rid, t0 = uuid.uuid4().hex[:12], time.monotonic()
         try:
             response = await self._decide(request, context)
         except DeciderError as e:
-            log.info("decide", request_id=rid, outcome=e.reason,
-                     ms=round(1000 * (time.monotonic() - t0), 2))
+            self._record(rid, t0, e.reason)
             await context.abort_with_status(rpc_status.to_status(error_status(e)))
-        log.info("decide", request_id=rid, outcome="OK", questions=len(request.questions),
-                 ms=round(1000 * (time.monotonic() - t0), 2))
+        except asyncio.CancelledError:
+            self._record(rid, t0, "CANCELLED")
+            raise
+        self._record(rid, t0, "OK", questions=len(request.questions),
+                     prompt_tokens=response.usage.prompt_tokens)
+        self.daemon.metrics.prompt_tokens.inc(response.usage.prompt_tokens)
         return response
 
     async def DecideBatch(self, request, context):

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-.}"
-python -m grpc_tools.protoc -Iprotos --python_out="$out" --pyi_out="$out" \
+"${PYTHON:-python}" -m grpc_tools.protoc -Iprotos --python_out="$out" --pyi_out="$out" \
     --grpc_python_out="$out" protos/decider/v1/decider.proto

@@ -1,0 +1,84 @@
+"""TCP with TLS and client certificates: a real daemon, real certificates made here."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import socket
+from pathlib import Path
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from daemon import spawn
+
+from decider import YesNo
+from decider.client import DeciderClient, RemoteError
+
+
+def _cert(name: str, key, issuer_name=None, issuer_key=None, ca=False):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    builder = (x509.CertificateBuilder().subject_name(subject)
+               .issuer_name(issuer_name or subject).public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if not ca:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False)
+    return builder.sign(issuer_key or key, hashes.SHA256())
+
+
+def write_pki(tmp: Path) -> dict[str, Path]:
+    pem = serialization.Encoding.PEM
+    files = {}
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _cert("decider test CA", ca_key, ca=True)
+    files["ca"] = tmp / "ca.pem"
+    files["ca"].write_bytes(ca.public_bytes(pem))
+    for who in ("server", "client"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _cert(who, key, ca.subject, ca_key)
+        files[f"{who}_cert"] = tmp / f"{who}.pem"
+        files[f"{who}_cert"].write_bytes(cert.public_bytes(pem))
+        files[f"{who}_key"] = tmp / f"{who}.key"
+        files[f"{who}_key"].write_bytes(key.private_bytes(
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return files
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tls_with_client_certificates(tmp_path, model_path):
+    pki = write_pki(tmp_path)
+    address = f"127.0.0.1:{free_port()}"
+    trusted = grpc.ssl_channel_credentials(
+        root_certificates=pki["ca"].read_bytes(),
+        private_key=pki["client_key"].read_bytes(),
+        certificate_chain=pki["client_cert"].read_bytes())
+    daemon = spawn(tmp_path, "--tls-cert", str(pki["server_cert"]), "--tls-key",
+                   str(pki["server_key"]), "--tls-client-ca", str(pki["ca"]),
+                   "--n-ctx", "512", address=address, credentials=trusted)
+    try:
+        with DeciderClient(address, credentials=trusted) as c:
+            assert 0 <= c.decide("I was charged twice", [YesNo("Refund?")]).answers[0].p_yes <= 1
+        no_client_cert = grpc.ssl_channel_credentials(root_certificates=pki["ca"].read_bytes())
+        with DeciderClient(address, credentials=no_client_cert, timeout=5) as c:
+            with pytest.raises(RemoteError) as info:
+                c.decide("text", [YesNo("ok?")])
+            assert info.value.code == grpc.StatusCode.UNAVAILABLE
+        with DeciderClient(address, timeout=5) as c:  # plaintext to a TLS port
+            with pytest.raises(RemoteError):
+                c.decide("text", [YesNo("ok?")])
+    finally:
+        assert daemon.stop() == 0
