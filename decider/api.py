@@ -30,7 +30,7 @@ log = structlog.get_logger("decider")
 class Decider:
     def __init__(
         self,
-        model: str | None = None,
+        model: str | ModelEntry | None = None,
         *,
         engine: str | None = None,
         n_ctx: int | None = None,
@@ -39,7 +39,8 @@ class Decider:
         **engine_options,
     ) -> None:
         catalog = catalog or Catalog()
-        self.entry: ModelEntry = catalog.get(model or catalog.default)
+        self.entry = model if isinstance(model, ModelEntry) else catalog.get(
+            model or catalog.default)
         path = catalog.locate(self.entry)
         self.limits = limits
         self.format = FORMATS[self.entry.prompt_format]

@@ -87,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("model", nargs="?", default=None)
     bench.add_argument("--repeat", type=int, default=20, help="timed runs per workload")
     bench.add_argument("--tokens", type=int, default=120, help="approximate prompt tokens")
+    bench.add_argument("--server", metavar="ADDRESS",
+                       help="measure a running daemon at 1, 4, 16 and 64 concurrent clients")
+    bench.add_argument("--per-client", type=int, default=8,
+                       help="with --server: requests each client sends")
     _add_load_flags(bench)
     return p
 
@@ -315,8 +319,11 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_bench
+    from .bench import run_bench, run_service_bench
 
+    if args.server:
+        run_service_bench(args.server, per_client=args.per_client, tokens=args.tokens)
+        return EXIT_OK
     run_bench(args.model, repeat=args.repeat, tokens=args.tokens, **_load_options(args))
     return EXIT_OK
 

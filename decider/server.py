@@ -109,7 +109,7 @@ class Daemon:
         catalog = Catalog()
         entry = catalog.get(self.cfg.model or catalog.default)  # locate never downloads
         options = {"n_threads": self.cfg.n_threads} if self.cfg.n_threads else {}
-        d = Decider(entry.name, engine=self.cfg.engine, n_ctx=self.cfg.n_ctx, catalog=catalog,
+        d = Decider(entry, engine=self.cfg.engine, n_ctx=self.cfg.n_ctx, catalog=catalog,
                     **options)
         self.sha256 = file_sha256(Path(d.engine.info.model_path))
         d.decide("warm-up", [YesNo("Is this a warm-up?")])
@@ -247,9 +247,11 @@ class DeciderService(pb_grpc.DeciderServicer):
 
     async def ListModels(self, request, context):
         d = self.daemon
-        catalog = Catalog()
+        entries = dict(Catalog().entries)
+        if d.decider is not None:  # a model served from a path is not in the catalog
+            entries.setdefault(d.decider.entry.name, d.decider.entry)
         out = []
-        for name, entry in sorted(catalog.entries.items()):
+        for name, entry in sorted(entries.items()):
             loaded = d.decider is not None and name == d.decider.entry.name
             status = pb.ModelStatus(name=name, engine=entry.engine, loaded=loaded,
                                     is_default=loaded)
