@@ -11,10 +11,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import DeciderError, FieldViolation, InvalidRequest
 from .questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo
+
+if TYPE_CHECKING:
+    from .config import Config
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
@@ -58,17 +62,18 @@ def _parser() -> argparse.ArgumentParser:
                           "loading the model here")
 
     serve = sub.add_parser("serve", help="run the gRPC daemon")
+    serve.add_argument("--config", help="TOML configuration file (flags override it)")
     serve.add_argument("--model", help="catalog name or .gguf path (default: the catalog's)")
     serve.add_argument("--listen", action="append", metavar="ADDRESS",
                        help="unix:///path or host:port, repeatable (default 127.0.0.1:50051)")
-    serve.add_argument("--max-queue", type=int, default=256, help="requests waiting at most")
-    serve.add_argument("--max-batch", type=int, default=16, help="requests per engine call")
+    serve.add_argument("--max-queue", type=int, help="requests waiting at most (256)")
+    serve.add_argument("--max-batch", type=int, help="requests per engine call (16)")
     serve.add_argument("--tls-cert", help="PEM certificate for TCP listeners")
     serve.add_argument("--tls-key", help="PEM private key for TCP listeners")
     serve.add_argument("--tls-client-ca", help="require client certificates from this CA")
-    serve.add_argument("--allow-insecure-tcp", action="store_true",
+    serve.add_argument("--allow-insecure-tcp", action="store_true", default=None,
                        help="serve plaintext on non-loopback TCP addresses")
-    serve.add_argument("--log-format", choices=["auto", "json", "console"], default="json")
+    serve.add_argument("--log-format", choices=["auto", "json", "console"])
     serve.add_argument("--metrics-port", type=int,
                        help="serve Prometheus metrics on 127.0.0.1:PORT (off by default)")
     _add_load_flags(serve)
@@ -286,20 +291,26 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from .config import load_config, with_overrides
     from .logs import configure
-    from .server import DEFAULT_LISTEN, ServeConfig, check_listeners, serve
+    from .server import check_listeners, serve
 
-    configure(level=["info", "info", "debug"][min(args.verbose, 2)], fmt=args.log_format,
-              stream=sys.stdout)  # services log JSON lines to stdout (journald)
-    cfg = ServeConfig(model=args.model, engine=args.engine, n_ctx=args.n_ctx,
-                      n_threads=args.threads, listen=args.listen or [DEFAULT_LISTEN],
-                      max_queue=args.max_queue, max_batch=args.max_batch,
-                      tls_cert=args.tls_cert, tls_key=args.tls_key,
-                      tls_client_ca=args.tls_client_ca,
-                      allow_insecure_tcp=args.allow_insecure_tcp,
-                      metrics_port=args.metrics_port)
+    def read() -> Config:  # the file as it is now, under the flags (again on SIGHUP)
+        return with_overrides(
+            load_config(args.config),
+            server={"listen": tuple(args.listen) if args.listen else None,
+                    "max_queue": args.max_queue, "max_batch": args.max_batch,
+                    "metrics_port": args.metrics_port, "log_format": args.log_format},
+            tls={"cert": args.tls_cert, "key": args.tls_key, "client_ca": args.tls_client_ca,
+                 "allow_insecure_tcp": args.allow_insecure_tcp},
+            model={"name": args.model, "engine": args.engine, "n_ctx": args.n_ctx,
+                   "threads": args.threads})
+
+    cfg = read()
+    level = "debug" if args.verbose > 1 else cfg.server.log_level
+    configure(level=level, fmt=cfg.server.log_format, stream=sys.stdout)  # journald
     check_listeners(cfg)
-    return asyncio.run(serve(cfg))
+    return asyncio.run(serve(cfg, read))
 
 
 def _cmd_health(args: argparse.Namespace) -> int:

@@ -60,6 +60,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="decider-engine")
         self._task: asyncio.Task | None = None
+        self.engine_lock = asyncio.Lock()  # held by each engine call; a model swap waits
         self.busy_since: float | None = None  # monotonic start of the running engine call
 
     @property
@@ -122,8 +123,9 @@ class Scheduler:
                 self.metrics.engine_calls.inc()
                 self.metrics.engine_requests.inc(len(batch))
                 try:
-                    results = await loop.run_in_executor(
-                        self._executor, self.decide_many, [p.request for p in batch])
+                    async with self.engine_lock:
+                        results = await loop.run_in_executor(
+                            self._executor, self.decide_many, [p.request for p in batch])
                 except Exception as e:  # the engine call itself failed: all of it fails
                     error = e if isinstance(e, DeciderError) else EngineFailure(
                         f"the engine call failed: {type(e).__name__}: {e}")
