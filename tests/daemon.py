@@ -40,12 +40,13 @@ def health_status(address: str, timeout: float = 2.0, credentials=None) -> str:
 
 
 def spawn(tmp: Path, *flags: str, address: str | None = None, wait: bool = True,
-          credentials=None) -> Daemon:
+          credentials=None, env: dict | None = None) -> Daemon:
     """`decider serve` on a unix socket in tmp (or `address`), fault hook armed."""
     address = address or f"unix://{tmp}/decider.sock"
     log_file = tmp / "daemon.log"
     fault = tmp / "fault"
-    env = {**os.environ, "DECIDER_FAULT_FILE": str(fault), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "DECIDER_FAULT_FILE": str(fault), "PYTHONUNBUFFERED": "1",
+           **(env or {})}
     proc = subprocess.Popen(
         [sys.executable, "-m", "decider.cli", "serve", "--listen", address, *flags],
         stdout=log_file.open("w"), stderr=subprocess.STDOUT, env=env)

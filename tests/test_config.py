@@ -1,0 +1,58 @@
+"""The daemon's configuration file: defaults, overrides, and a clear refusal for every
+bad key or value."""
+
+import pytest
+
+from decider.config import Config, load_config, parse_config, with_overrides
+from decider.errors import ConfigError
+
+
+def test_no_file_means_the_documented_defaults():
+    cfg = load_config(None)
+    assert cfg.server.listen == ("127.0.0.1:50051",)
+    assert (cfg.server.max_queue, cfg.server.max_batch, cfg.server.log_text) == (256, 16, False)
+    assert cfg.model.name == "" and cfg.tls.cert == ""
+
+
+def test_the_shipped_example_parses(tmp_path):
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).parents[1] / "deploy" / "decider.toml")
+    assert cfg.server.listen == ("unix:///run/decider/decider.sock",)
+    assert cfg.model.name == "gemma-3-270m" and cfg.paths.cache_dir == "/var/cache/decider"
+
+
+def test_flags_override_the_file():
+    cfg = parse_config('[server]\nmax_batch = 4\nlisten = ["unix:///a.sock"]\n', "f.toml")
+    out = with_overrides(cfg, server={"max_batch": 8, "listen": None}, tls={},
+                         model={"n_ctx": 1024, "name": None})
+    assert out.server.max_batch == 8 and out.server.listen == ("unix:///a.sock",)
+    assert out.model.n_ctx == 1024 and isinstance(out, Config)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[server]\nmax_queue = 0\n", "server.max_queue: must be positive"),
+        ("[server]\nmax_batch = 'many'\n", "server.max_batch: must be int"),
+        ("[server]\nlisten = []\n", "server.listen: must be a non-empty list"),
+        ("[server]\nlog_format = 'xml'\n", "server.log_format: must be one of"),
+        ("[server]\nmetrics_port = 70000\n", "server.metrics_port: must be a port"),
+        ("[server]\ncolour = 1\n", "unknown key server.colour"),
+        ("[modle]\nname = 'x'\n", "unknown section [modle]"),
+        ("[model]\nn_ctx = 16\n", "model.n_ctx: must be 0"),
+        ("[model]\nthreads = -2\n", "model.threads: must not be negative"),
+        ("[tls]\nallow_insecure_tcp = 'yes'\n", "tls.allow_insecure_tcp: must be bool"),
+        ("server = 3\n", "server must be a [table]"),
+        ("[server\n", "not valid TOML"),
+    ],
+)
+def test_bad_values_name_the_file_the_key_and_the_reason(text, words):
+    with pytest.raises(ConfigError, match="^bad.toml: ") as info:
+        parse_config(text, "bad.toml")
+    assert words in str(info.value)
+
+
+def test_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the config file"):
+        load_config(tmp_path / "nope.toml")
