@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
@@ -212,13 +213,15 @@ def decision_from(client, request, model: str):
 
 def _jsonl_lines(path: str) -> list[str]:
     try:
-        raw = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as e:
-        raise InvalidRequest([FieldViolation("--jsonl", f"cannot read {path}: {e.strerror}")])
+        raise InvalidRequest([FieldViolation("--jsonl", f"cannot read {path}: {e.strerror}")]
+                             ) from None
     try:
         return raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as e:
-        raise InvalidRequest([FieldViolation("--jsonl", f"is not valid UTF-8 (byte {e.start})")])
+        raise InvalidRequest([FieldViolation("--jsonl", f"is not valid UTF-8 (byte {e.start})")]
+                             ) from None
 
 
 def _run_jsonl(decide, lines: Sequence[str]) -> int:
@@ -233,7 +236,8 @@ def _run_jsonl(decide, lines: Sequence[str]) -> int:
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as e:
-                raise InvalidRequest([FieldViolation(f"line {n}", f"not JSON: {e.msg}")])
+                raise InvalidRequest([FieldViolation(f"line {n}", f"not JSON: {e.msg}")]
+                                     ) from None
             out = decide(request_from_dict(data)).to_dict()
         except DeciderError as e:
             if e.reason == "ENGINE_RETURNED_NO_LOGITS":
