@@ -18,7 +18,7 @@ import pytest
 from daemon import spawn
 
 from decider import YesNo
-from decider.client import AsyncDeciderClient, DeciderClient
+from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
 
 ROOT = Path(__file__).parents[1]
 WATCHDOG_USEC = 1_000_000  # pings every 0.5 s
@@ -196,3 +196,18 @@ def test_the_unit_file_verifies_clean(tmp_path):
                           str(tmp_path / "decider.service")], capture_output=True, text=True)
     score = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", sec.stdout)[1])
     assert score <= 2.0  # docs/deploy.md states the measured 1.9
+
+
+def test_a_failed_reload_after_an_engine_failure_exits_1(tmp_path, model_path):
+    """Untouched logits, then the model cannot be loaded again: exit 1, so that
+    Restart=on-failure brings the service back."""
+    copy = tmp_path / "model.gguf"
+    shutil.copyfile(model_path, copy)
+    daemon = spawn(tmp_path, "--model", str(copy), "--n-ctx", "512")
+    copy.unlink()  # the reload will find no model file
+    daemon.fault_file.write_text("zero-logits")
+    with DeciderClient(daemon.address) as c, pytest.raises(RemoteError) as info:
+        c.decide(TEXT, [YesNo("Refund?")])
+    assert info.value.reason == "ENGINE_RETURNED_NO_LOGITS"
+    assert daemon.proc.wait(60) == 1
+    assert "reload failed; exiting for the service manager to restart" in daemon.log()
