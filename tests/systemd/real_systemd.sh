@@ -99,10 +99,13 @@ in_ns /opt/decider/.venv/bin/decider run gemma-3-270m "I was charged twice" \
 main1=$(in_ns systemctl show decider -p MainPID --value)
 
 say "systemctl reload"
+reloads() { in_ns journalctl -u decider --no-pager -o cat | grep -c '"configuration reloaded"' || true; }
+before=$(reloads)
 sed -i 's/^max_batch = .*/max_batch = 8/' "$root/etc/decider/decider.toml"
 in_ns systemctl reload decider
 in_ns systemctl is-active decider
-in_ns journalctl -u decider --no-pager -o cat | grep -c '"configuration reloaded"'
+[ "$(reloads)" -gt "$before" ] || { echo "reload not applied"; exit 1; }
+echo "configuration reloaded (journal)"
 
 say "a hung engine: the watchdog restarts the service"
 in_ns sh -c 'echo hang:60 > /run/decider/fault'
