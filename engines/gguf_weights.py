@@ -154,7 +154,8 @@ class GGUFModel:
     tensors: dict[str, Weight]
 
     @classmethod
-    def read(cls, path: str | Path) -> GGUFModel:
+    def read(cls, path: str | Path, dense: bool = False) -> GGUFModel:
+        """Packed tensors; dense: every tensor dequantized to fp32 by gguf itself."""
         reader = gguf.GGUFReader(str(path))
         meta = {}
         for key, field in reader.fields.items():
@@ -163,5 +164,9 @@ class GGUFModel:
         tensors = {}
         for t in reader.tensors:
             rows = int(np.prod(t.shape[1:]))  # ggml shape is [cols, rows, ...]
-            tensors[t.name] = pack(t.data, t.tensor_type, rows, t.name)
+            if dense:
+                w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
+            else:
+                w = pack(t.data, t.tensor_type, rows, t.name)
+            tensors[t.name] = w
         return cls(Path(path), str(meta["general.architecture"]), meta, tensors)

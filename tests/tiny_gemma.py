@@ -65,7 +65,7 @@ def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
 
     def add(name: str, kind: str, rows: int, cols: int) -> None:
         qtype = types.get(kind, T.F32)
-        data = random_tensor(qtype, rows, cols, rng, std=0.6 if kind == "token_embd" else 0.05)
+        data = random_tensor(qtype, rows, cols, rng, std=0.1 if kind == "token_embd" else 0.05)
         w.add_tensor(name, data, raw_dtype=None if qtype == T.F32 else qtype)
 
     def norm(name: str, n: int) -> None:  # 1 + w, w ~ N(0, 0.3)
