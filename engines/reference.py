@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+from transformers.initialization import no_init_weights
 
 from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory, PromptTooLong
 
@@ -86,8 +87,10 @@ class ReferenceEngine:
         if not 32 <= n_ctx <= cfg.n_ctx_train:
             raise ConfigError(f"n_ctx must be in [32, {cfg.n_ctx_train}] (the model's trained "
                               f"context), got {n_ctx}", n_ctx=n_ctx, n_ctx_train=cfg.n_ctx_train)
-        self.model = Gemma3ForCausalLM(hf_config(cfg)).eval()
-        missing, unexpected = self.model.load_state_dict(state_dict(gg), strict=False)
+        with no_init_weights():  # every weight is loaded next: skip the random init
+            self.model = Gemma3ForCausalLM(hf_config(cfg)).eval()
+        missing, unexpected = self.model.load_state_dict(state_dict(gg), strict=False,
+                                                         assign=True)
         if unexpected or set(missing) - {"lm_head.weight"}:
             raise EngineFailure(f"{path}: tensors do not match Gemma 3 "
                                 f"(missing {missing}, unexpected {unexpected})")
