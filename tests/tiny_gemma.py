@@ -33,7 +33,8 @@ def random_tensor(qtype: T, rows: int, cols: int, rng: np.random.Generator,
         return x
     if qtype in (T.Q4_K, T.Q6_K):
         block, _ = gguf.GGML_QUANT_SIZES[qtype]
-        step = {T.Q4_K: std / 40, T.Q6_K: std / 500}[qtype]  # d * 6- or 8-bit scale * code
+        # typical |weight| = |d * scale * code|: Q4_K ~ d * 32 * 8, Q6_K ~ d * 64 * 16
+        step = {T.Q4_K: std / 250, T.Q6_K: std / 1000}[qtype]
         return random_blocks(qtype, rows * cols // block, rng, step).reshape(rows, -1)
     return gguf.quants.quantize(x, qtype)
 
