@@ -42,8 +42,7 @@ class Packed:
         if (self.offset is None) != (self.kind == "q8") or (
             self.offset is not None and self.offset.shape != self.scale.shape
         ):
-            raise ValueError(f"a {self.kind} tensor {'has no' if self.kind == 'q4' else 'has an'}"
-                             " offset")
+            raise ValueError("q4 tensors carry an offset of the scale's shape, q8 ones none")
 
     @property
     def shape(self) -> tuple[int, int]:

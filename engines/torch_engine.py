@@ -93,6 +93,8 @@ class TorchEngine:
         for i, job in enumerate(jobs):  # the window check comes before any compute
             if job.window_tokens() > self.info.n_ctx:
                 raise PromptTooLong(job.window_tokens(), self.info.n_ctx, where=f"job {i}")
+        if not jobs:
+            return []
         with self._lock:
             fault = take_fault()
             if fault and fault[0] == "hang":
@@ -138,7 +140,8 @@ class TorchEngine:
             for s in range(0, len(prefix), self._n_batch):
                 ids = prefix[s : s + self._n_batch]
                 pos = torch.arange(s, s + len(ids), device=self.device)
-                causal = tree_visible(list(range(-1, len(ids) - 1))).to(self.device)
+                causal = torch.ones(len(ids), len(ids), dtype=torch.bool,
+                                    device=self.device).tril()
                 self.model(ids, pos, causal, self.cache, write=True)
             job_outs = [o for o in outs if o.job == ji]
             for group in self._groups(job):
