@@ -4,6 +4,9 @@ tokenizer). Fresh random weights and prompts every run."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from tiny_gemma import T, write_tiny_gemma3
@@ -138,3 +141,12 @@ def test_load_settings_and_a_missing_tokenizer_are_refused(tiny):
     with pytest.raises(EngineFailure, match="holds no tokenizer"):
         engine.tokenize("hello")
     assert engine.info.sentinel is not None and engine.info.n_vocab == VOCAB
+
+
+def test_nothing_outside_the_engines_imports_torch_at_import_time():
+    code = ("import sys, decider, decider.api, decider.cli, decider.engines, decider.server; "
+            "print(sorted({'torch', 'transformers', 'gguf', 'triton', 'llama_cpp'} & "
+            "set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
