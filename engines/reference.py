@@ -82,7 +82,11 @@ class ReferenceEngine:
             torch.set_num_threads(n_threads)
         path = Path(model_path)
         gg = GGUFModel.read(path, dense=True)  # gguf's own dequantize, not our packing
-        cfg = Gemma3Config.from_gguf(gg)
+        try:
+            cfg = Gemma3Config.from_gguf(gg)
+        except ValueError as e:
+            raise ConfigError(f"engine 'reference' cannot load {path}: {e}",
+                              model_path=path) from e
         n_ctx = n_ctx or min(DEFAULT_N_CTX, cfg.n_ctx_train)
         if not 32 <= n_ctx <= cfg.n_ctx_train:
             raise ConfigError(f"n_ctx must be in [32, {cfg.n_ctx_train}] (the model's trained "

@@ -57,8 +57,12 @@ class TorchEngine:
             torch.set_num_threads(n_threads)
         path = Path(model_path)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        gg = GGUFModel.read(path)
-        self.model = Gemma3(gg).to(self.device).eval()
+        try:
+            gg = GGUFModel.read(path)
+            self.model = Gemma3(gg).to(self.device).eval()
+        except ValueError as e:  # a model this engine cannot run: say which and why
+            raise ConfigError(f"engine {self.name!r} cannot load {path}: {e}",
+                              model_path=path) from e
         cfg = self.model.cfg
         n_ctx = n_ctx or min(DEFAULT_N_CTX, cfg.n_ctx_train)
         if not 32 <= n_ctx <= cfg.n_ctx_train:

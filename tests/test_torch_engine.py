@@ -143,6 +143,13 @@ def test_load_settings_and_a_missing_tokenizer_are_refused(tiny):
     assert engine.info.sentinel is not None and engine.info.n_vocab == VOCAB
 
 
+def test_a_tensor_type_it_cannot_hold_exactly_is_refused_at_load(tmp_path):
+    path = write_tiny_gemma3(tmp_path / "q5k.gguf", np.random.default_rng(), layers=1,
+                             types={"ffn_up": T.Q5_K})
+    with pytest.raises(ConfigError, match=r"'blk\.0\.ffn_up\.weight' has GGML type Q5_K"):
+        load_engine("triton", path, 256, device="cpu")
+
+
 def test_nothing_outside_the_engines_imports_torch_at_import_time():
     code = ("import sys, decider, decider.api, decider.cli, decider.engines, decider.server; "
             "print(sorted({'torch', 'transformers', 'gguf', 'triton', 'llama_cpp'} & "

@@ -1,6 +1,7 @@
 """Random GGUF blocks and tiny random Gemma 3 models written as GGUF files, for exact-math
 tests. gguf 0.19 quantizes Q4_0/Q4_1/Q5_0/Q8_0 but not the K types: those are written as
-random raw blocks, every byte random except the fp16 scales (kept finite and small)."""
+random raw blocks, every byte random except the fp16 scales (kept finite and small).
+Q5_K is here only to test its refusal."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 T = gguf.GGMLQuantizationType
 # byte offsets of each block's fp16 scale fields
 FP16_FIELDS = {T.Q4_0: (0,), T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q8_0: (0,), T.Q4_K: (0, 2),
-               T.Q6_K: (208,)}
+               T.Q6_K: (208,), T.Q5_K: (0, 2)}
 
 
 def random_blocks(qtype: T, n: int, rng: np.random.Generator, scale: float = 0.05) -> np.ndarray:
@@ -31,10 +32,11 @@ def random_tensor(qtype: T, rows: int, cols: int, rng: np.random.Generator,
     x = rng.normal(0, std, (rows, cols)).astype(np.float32)
     if qtype == T.F32:
         return x
-    if qtype in (T.Q4_K, T.Q6_K):
+    if qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
         block, _ = gguf.GGML_QUANT_SIZES[qtype]
-        # typical |weight| = |d * scale * code|: Q4_K ~ d * 32 * 8, Q6_K ~ d * 64 * 16
-        step = {T.Q4_K: std / 250, T.Q6_K: std / 1000}[qtype]
+        # typical |weight| = |d * scale * code|: Q4_K ~ d * 32 * 8, Q5_K ~ d * 32 * 16,
+        # Q6_K ~ d * 64 * 16
+        step = {T.Q4_K: std / 250, T.Q5_K: std / 500, T.Q6_K: std / 1000}[qtype]
         return random_blocks(qtype, rows * cols // block, rng, step).reshape(rows, -1)
     return gguf.quants.quantize(x, qtype)
 
