@@ -10,7 +10,11 @@ from decider.errors import ConfigError
 from .base import Branch, BranchResult, Engine, EngineInfo, NodeLogits, ScoreJob, label_trie
 
 # name -> "module:class", imported only when that engine is loaded
-ENGINES = {"llama": "decider.engines.llama:LlamaEngine"}
+ENGINES = {
+    "llama": "decider.engines.llama:LlamaEngine",
+    "triton": "decider.engines.torch_engine:TorchEngine",
+    "reference": "decider.engines.reference:ReferenceEngine",
+}
 
 
 def load_engine(name: str, model_path: str | Path, n_ctx: int | None, **options) -> Engine:

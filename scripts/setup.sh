@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with decider and its llama.cpp engine (CPU build). --test adds the test tools.
+# Create .venv with decider and its llama.cpp engine (CPU build). --test adds the test tools
+# and the torch engines (triton, reference), with the CPU build of torch from constraints/.
 #
 # llama-cpp-python ships only as a source package: the first install compiles llama.cpp
 # (about 8 minutes on 2 cores); pip's wheel cache keeps the result for later installs.
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 extras=llama
 case "${1:-}" in
-  --test) extras=llama,test ;;
+  --test) extras=llama,gpu,test ;;
   "") ;;
   *) echo "usage: scripts/setup.sh [--test]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,157 @@
+"""The reference engine: transformers' Gemma3ForCausalLM in fp32 on weights dequantized
+from the same GGUF by gguf's own dequantize. The correctness oracle for the other
+engines and the plain-transformers baseline: no KV cache, no shared prefix, one full
+forward per label path (prefix + suffix + the path's tokens).
+
+The config is built here from the GGUF metadata and the values GGUF lacks
+(Gemma3Config.from_gguf), since transformers' GGUF loader does not read layer types,
+query_pre_attn_scalar or the local RoPE base.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+from transformers.initialization import no_init_weights
+
+from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory, PromptTooLong
+
+from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, label_trie
+from .faults import take_fault
+from .gemma3 import SLIDING_PATTERN, Gemma3Config
+from .gguf_weights import GGUFModel
+from .torch_engine import DEFAULT_N_CTX
+
+# GGUF tensor name (after "blk.N.") -> transformers parameter (after "model.layers.N.")
+_NAMES = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm", "attn_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm", "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+
+
+def hf_config(cfg: Gemma3Config) -> Gemma3TextConfig:
+    full_rope = {"rope_type": "default", "rope_theta": cfg.rope_global}
+    if cfg.rope_global_scale != 1.0:
+        full_rope = {**full_rope, "rope_type": "linear", "factor": cfg.rope_global_scale}
+    return Gemma3TextConfig(
+        vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.ffn,
+        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+        num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim, rms_norm_eps=cfg.eps,
+        sliding_window=cfg.window, query_pre_attn_scalar=cfg.query_pre_attn_scalar,
+        max_position_embeddings=cfg.n_ctx_train, sliding_window_pattern=SLIDING_PATTERN,
+        rope_parameters={"full_attention": full_rope, "sliding_attention": {
+            "rope_type": "default", "rope_theta": cfg.rope_local}},
+        bos_token_id=cfg.bos_id, tie_word_embeddings=True, attn_implementation="eager",
+    )
+
+
+def state_dict(gg: GGUFModel) -> dict[str, torch.Tensor]:
+    """transformers' parameters from dense GGUF tensors; norms lose the +1 llama.cpp's
+    converter folded in (transformers' Gemma RMSNorm adds it back)."""
+    sd = {}
+    for name, array in gg.tensors.items():
+        w = torch.from_numpy(np.array(array, np.float32))
+        if name.endswith("norm.weight"):
+            w = w - 1
+        if name == "token_embd.weight":
+            sd["model.embed_tokens.weight"] = w
+        elif name == "output_norm.weight":
+            sd["model.norm.weight"] = w
+        else:
+            _, i, kind, _ = name.split(".")
+            sd[f"model.layers.{i}.{_NAMES[kind]}.weight"] = w
+    return sd
+
+
+class ReferenceEngine:
+    name = "reference"
+
+    def __init__(self, model_path: str | Path, n_ctx: int | None = None, *, model_name: str = "",
+                 n_threads: int | None = None) -> None:
+        if n_threads:
+            torch.set_num_threads(n_threads)
+        path = Path(model_path)
+        gg = GGUFModel.read(path, dense=True)  # gguf's own dequantize, not our packing
+        try:
+            cfg = Gemma3Config.from_gguf(gg)
+        except ValueError as e:
+            raise ConfigError(f"engine 'reference' cannot load {path}: {e}",
+                              model_path=path) from e
+        n_ctx = n_ctx or min(DEFAULT_N_CTX, cfg.n_ctx_train)
+        if not 32 <= n_ctx <= cfg.n_ctx_train:
+            raise ConfigError(f"n_ctx must be in [32, {cfg.n_ctx_train}] (the model's trained "
+                              f"context), got {n_ctx}", n_ctx=n_ctx, n_ctx_train=cfg.n_ctx_train)
+        with no_init_weights():  # every weight is loaded next: skip the random init
+            self.model = Gemma3ForCausalLM(hf_config(cfg)).eval()
+        missing, unexpected = self.model.load_state_dict(state_dict(gg), strict=False,
+                                                         assign=True)
+        if unexpected or set(missing) - {"lm_head.weight"}:
+            raise EngineFailure(f"{path}: tensors do not match Gemma 3 "
+                                f"(missing {missing}, unexpected {unexpected})")
+        self.model.tie_weights()
+        self._lock = threading.Lock()
+        self._vocab = None
+        if "tokenizer.ggml.model" in gg.meta:
+            from .vocab import Vocab
+            self._vocab = Vocab(path)
+        self.info = EngineInfo(
+            model_name=model_name or path.stem, model_path=str(path), n_ctx=n_ctx,
+            n_ctx_train=cfg.n_ctx_train, n_vocab=cfg.vocab, bos_id=cfg.bos_id,
+            weights=f"GGUF dequantized to fp32, {sum(w.size for w in gg.tensors.values()) / 1e6:.0f}M params",
+            memory={"weights": sum(p.numel() * 4 for p in self.model.parameters())},
+        )
+
+    def tokenize(self, text: str) -> list[int]:
+        if self._vocab is None:
+            raise EngineFailure(f"{self.info.model_path} holds no tokenizer")
+        return self._vocab.tokenize(text)
+
+    def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
+        for i, job in enumerate(jobs):
+            if job.window_tokens() > self.info.n_ctx:
+                raise PromptTooLong(job.window_tokens(), self.info.n_ctx, where=f"job {i}")
+        with self._lock:
+            fault = take_fault()
+            if fault and fault[0] == "hang":
+                time.sleep(fault[1])
+            if fault and fault[0] == "oom":
+                raise EngineOutOfMemory("the reference engine ran out of memory (injected fault)")
+            if fault:  # no buffer of its own to leave unwritten: every such pass reads zeros
+                return [[self._zeros(b) for b in job.branches] for job in jobs]
+            with torch.inference_mode():
+                return [[self._branch(job.prefix, b.suffix, b.candidates) for b in job.branches]
+                        for job in jobs]
+
+    def _branch(self, prefix, suffix, candidates) -> BranchResult:
+        trie = label_trie(candidates)
+        rows = {}
+        for leaf in (p for p in trie if not any(q != p and q[: len(p)] == p for q in trie)):
+            ids = torch.tensor([[*prefix, *suffix, *leaf]])
+            logits = self.model(ids, logits_to_keep=len(leaf) + 1).logits[0]  # [leaf + 1, V]
+            for k in range(len(leaf) + 1):
+                rows.setdefault(leaf[:k], logits[k])
+        return tuple(
+            NodeLogits(p, trie[p], rows[p][list(trie[p])].numpy().copy(),
+                       float(torch.logsumexp(rows[p], -1)) if not p else None)
+            for p in sorted(trie, key=len))
+
+    @staticmethod
+    def _zeros(branch) -> BranchResult:
+        trie = label_trie(branch.candidates)
+        return tuple(NodeLogits(p, trie[p], np.zeros(len(trie[p]), np.float32),
+                                0.0 if not p else None) for p in sorted(trie, key=len))
+
+    def close(self) -> None:
+        if self._vocab is not None:
+            self._vocab.close()
+            self._vocab = None

@@ -1,0 +1,76 @@
+"""Matmul against packed quantized weights: torch reference (fp32 on CPU).
+
+x @ dequant(W).T where dequant reads the packed words directly: 4-bit codes two per byte
+(column 2k low nibble, 2k+1 high) or int8 codes, times the group scale, plus the group
+offset for 4-bit. A Triton kernel of the same contract goes beside this one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+CHUNK_ROWS = 16384  # rows dequantized at a time: bounds the fp32 copy of a vocab-sized W
+
+
+@dataclass(frozen=True, slots=True)
+class QWeight:
+    codes: torch.Tensor  # bits 4: uint8 [N, K // 2]; bits 8: int8 [N, K]
+    scale: torch.Tensor  # fp32 [N, K // group]
+    offset: torch.Tensor | None  # fp32 [N, K // group]; bits 4 only
+    group: int
+    bits: int
+
+    def __post_init__(self) -> None:
+        n, k = self.shape
+        dtype, width = {4: (torch.uint8, k // 2), 8: (torch.int8, k)}[self.bits]
+        if self.codes.dtype != dtype or tuple(self.codes.shape) != (n, width):
+            raise ValueError(f"{self.bits}-bit codes must be {dtype} [{n}, {width}], got "
+                             f"{self.codes.dtype} {tuple(self.codes.shape)}")
+        if self.scale.dtype != torch.float32 or (self.offset is None) != (self.bits == 8):
+            raise ValueError("scales are fp32; 4-bit weights have an offset, 8-bit ones none")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.scale.shape[0], self.scale.shape[1] * self.group
+
+    def rows(self, index: torch.Tensor | slice) -> QWeight:
+        """The packed weight of a subset of output rows (label rows of a head)."""
+        off = None if self.offset is None else self.offset[index]
+        return QWeight(self.codes[index], self.scale[index], off, self.group, self.bits)
+
+    def to(self, device: torch.device | str) -> QWeight:
+        off = None if self.offset is None else self.offset.to(device)
+        return QWeight(self.codes.to(device), self.scale.to(device), off, self.group, self.bits)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size()
+                   for t in (self.codes, self.scale, self.offset) if t is not None)
+
+
+def dequantize(w: QWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """[N, K] in `dtype`; fp32 arithmetic, so it is exact against the GGUF reference."""
+    n, k = w.shape
+    if w.bits == 4:
+        q = torch.stack([w.codes & 15, w.codes >> 4], -1).view(n, -1, w.group)
+    else:
+        q = w.codes.view(n, -1, w.group)
+    out = q * w.scale[..., None]  # int * fp32 promotes to fp32 in one pass
+    if w.offset is not None:
+        out = out + w.offset[..., None]
+    return out.view(n, k).to(dtype)
+
+
+def qmatmul(x: torch.Tensor, w: QWeight) -> torch.Tensor:
+    """x [M, K] @ dequant(w).T -> [M, N], dequantizing at most CHUNK_ROWS rows at a time."""
+    n = w.shape[0]
+    if n <= CHUNK_ROWS:
+        return x @ dequantize(w, x.dtype).T
+    return torch.cat([x @ dequantize(w.rows(slice(i, i + CHUNK_ROWS)), x.dtype).T
+                      for i in range(0, n, CHUNK_ROWS)], dim=-1)
+
+
+def embed(w: QWeight, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Rows `ids` [T] of the dequantized weight -> [T, K] (an embedding lookup)."""
+    return dequantize(w.rows(ids), dtype)

@@ -1,0 +1,159 @@
+"""The torch engine on tiny random Gemma 3 GGUF models, against the transformers
+reference engine on the same file. Token ids are built directly (the tiny files hold no
+tokenizer). Fresh random weights and prompts every run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tiny_gemma import T, write_tiny_gemma3
+
+from decider.engines import Branch, ScoreJob, load_engine
+from decider.errors import ConfigError, EngineFailure, EngineNoLogits, EngineOutOfMemory, \
+    PromptTooLong
+from decider.guard import LogitsGuard
+
+# fp32 in both engines, different summation orders (packed dequant + matmul, cached
+# prefix, token trees) against transformers' full forwards: up to 6e-6 measured on
+# logits up to ~11, so 1e-3 leaves a wide margin while a real bug (a wrong mask, rope or
+# norm) moves logits by 1e-1 or more.
+TOL = 1e-3
+WINDOW = 16
+VOCAB = 384
+MIXES = {
+    # every packed type and a dense one, with the embedding (and tied head) Q8_0
+    "mixed": {},
+    # a 4-bit embedding and head; dense F32 projections
+    "q4k-head": {"token_embd": T.Q4_K, "attn_q": T.F32, "ffn_up": T.Q8_0},
+}
+
+
+@pytest.fixture(scope="module", params=list(MIXES))
+def tiny(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / f"{request.param}.gguf"
+    write_tiny_gemma3(path, np.random.default_rng(), window=WINDOW, vocab=VOCAB,
+                      types=MIXES[request.param])
+    torch_engine = load_engine("triton", path, 256, device="cpu")
+    reference = load_engine("reference", path, 256)
+    yield path, torch_engine, reference
+    torch_engine.close()
+    reference.close()
+
+
+def rand_ids(rng, n):
+    return tuple(int(t) for t in rng.integers(3, VOCAB, n))
+
+
+def rand_branch(rng, suffix_len):
+    """A suffix and labels that share first tokens (a trie several levels deep)."""
+    a, b, c = rand_ids(rng, 3)
+    return Branch(rand_ids(rng, suffix_len), ((a,), (b, c), (b, a, c), (c, b)))
+
+
+def max_diff(got, want) -> float:
+    """Largest difference of logits and logsumexps; the tries must be identical."""
+    worst = 0.0
+    for gb, wb in zip(got, want, strict=True):
+        for gn, wn in zip(gb, wb, strict=True):
+            assert (gn.path, gn.token_ids) == (wn.path, wn.token_ids)
+            assert gn.logits.dtype == np.float32 and np.all(np.isfinite(gn.logits))
+            worst = max(worst, float(np.abs(gn.logits - wn.logits).max()))
+            if gn.path == ():
+                worst = max(worst, abs(gn.logsumexp - wn.logsumexp))
+            else:
+                assert gn.logsumexp is None
+            assert np.argmax(gn.logits) == np.argmax(wn.logits) or np.sort(wn.logits)[-1] - \
+                np.sort(wn.logits)[-2] < TOL  # same decision at every node, barring ties
+    return worst
+
+
+def test_label_logits_match_the_reference(tiny):
+    _, engine, reference = tiny
+    rng = np.random.default_rng()
+    jobs = [ScoreJob((2, *rand_ids(rng, n)), tuple(rand_branch(rng, s) for s in (1, 4, 9)))
+            for n in (3, 30, 70)]
+    got, want = engine.score(jobs), reference.score(jobs)
+    assert max(max_diff(g, w) for g, w in zip(got, want)) < TOL
+
+
+@pytest.mark.parametrize("n_batch", [7, 20, 512])  # prefix chunks below, above, past the window
+@pytest.mark.parametrize("length", [WINDOW - 1, WINDOW, WINDOW + 1, 3 * WINDOW])
+def test_sliding_window_edges(tiny, length, n_batch):
+    path, _, reference = tiny
+    engine = load_engine("triton", path, 256, device="cpu", n_batch=n_batch)
+    rng = np.random.default_rng()
+    # the answer position is token `length - 1`; its two-token label paths cross the edge
+    job = ScoreJob((2, *rand_ids(rng, length - 4)), (rand_branch(rng, 3), rand_branch(rng, 1)))
+    [got], [want] = engine.score([job]), reference.score([job])
+    assert max_diff(got, want) < TOL
+
+
+def test_a_shared_prefix_with_several_branches_equals_separate_passes(tiny):
+    _, engine, reference = tiny
+    rng = np.random.default_rng()
+    prefix = (2, *rand_ids(rng, 2 * WINDOW + 5))
+    branches = tuple(rand_branch(rng, s) for s in (2, 5, 1, 12))
+    [shared] = engine.score([ScoreJob(prefix, branches)])
+    alone = [engine.score([ScoreJob(prefix, (b,))])[0][0] for b in branches]
+    assert max_diff(shared, alone) < 1e-4  # same math in other matmul shapes: fp32 rounding
+    assert max_diff(shared, reference.score([ScoreJob(prefix, branches)])[0]) < TOL
+
+
+def test_unwritten_rows_are_refused_by_the_guard(tiny, fault_file):
+    _, engine, _ = tiny
+    rng = np.random.default_rng()
+    guard = LogitsGuard(engine.info.sentinel)
+    job = ScoreJob((2, *rand_ids(rng, 20)), (rand_branch(rng, 3),))
+    guard.check([job], engine.score([job]))
+    other = ScoreJob((2, *rand_ids(rng, 20)), (Branch(rand_ids(rng, 3), job.branches[0].candidates),))
+    for fault, tell in (("skip-decode", "sentinel"), ("zero-logits", "zeros"),
+                        ("stale-logits", "previous pass")):
+        guard.check([job], engine.score([job]))
+        fault_file.write_text(fault)
+        with pytest.raises(EngineNoLogits, match=tell):
+            guard.check([other], engine.score([other]))
+        assert not fault_file.exists()
+    fault_file.write_text("oom")
+    with pytest.raises(EngineOutOfMemory):
+        engine.score([job])
+    guard.check([other], engine.score([other]))  # and the next pass is whole again
+
+
+def test_the_window_is_checked_before_any_compute(tiny, fault_file):
+    path, _, _ = tiny
+    engine = load_engine("triton", path, 32, device="cpu")
+    fault_file.write_text("oom")  # a pass that starts would take this and fail
+    job = ScoreJob((2,) * 28, (Branch((3,) * 4, ((5,), (6, 7))),))
+    with pytest.raises(PromptTooLong) as info:
+        engine.score([job])
+    assert (info.value.prompt_tokens, info.value.n_ctx) == (34, 32)
+    assert fault_file.exists()
+
+
+def test_load_settings_and_a_missing_tokenizer_are_refused(tiny):
+    path, engine, _ = tiny
+    for name in ("triton", "reference"):
+        with pytest.raises(ConfigError, match=r"n_ctx must be in \[32, 4096\]"):
+            load_engine(name, path, 4097)
+    with pytest.raises(EngineFailure, match="holds no tokenizer"):
+        engine.tokenize("hello")
+    assert engine.info.sentinel is not None and engine.info.n_vocab == VOCAB
+
+
+def test_a_tensor_type_it_cannot_hold_exactly_is_refused_at_load(tmp_path):
+    path = write_tiny_gemma3(tmp_path / "q5k.gguf", np.random.default_rng(), layers=1,
+                             types={"ffn_up": T.Q5_K})
+    with pytest.raises(ConfigError, match=r"'blk\.0\.ffn_up\.weight' has GGML type Q5_K"):
+        load_engine("triton", path, 256, device="cpu")
+
+
+def test_nothing_outside_the_engines_imports_torch_at_import_time():
+    code = ("import sys, decider, decider.api, decider.cli, decider.engines, decider.server; "
+            "print(sorted({'torch', 'transformers', 'gguf', 'triton', 'llama_cpp'} & "
+            "set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
