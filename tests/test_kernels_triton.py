@@ -126,3 +126,14 @@ def test_attention_refuses_heads_that_do_not_group():
     q, k, v, (cu_q, cu_k), q_pos, k_pos, _ = packed_batch([4], [0], 3, 2, 64)
     with pytest.raises(ValueError, match="multiple"):
         attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, 0.1)
+
+
+@pytest.mark.parametrize("window", [None, 2])
+@pytest.mark.parametrize("d", [64, 256])
+def test_attention_block_edges(d, window):
+    """Block skipping at its boundaries (64- and 32-key blocks): a last query whose own key
+    opens a key block, and (window 2) a key block whose last key is the oldest one the
+    first query of the next query block still sees."""
+    q, k, v, (cu_q, cu_k), q_pos, k_pos, same = packed_batch([65, 33, 64], [0, 0, 0], 2, 1, d)
+    got = attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, 0.125, window)
+    close(got, attention(q, k, v, position_mask(q_pos, k_pos, same, window), 0.125))
