@@ -98,10 +98,11 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     cu_k[b]:cu_k[b+1]), q_pos [T] and k_pos [S] integer positions -> [T, Hq, D] in q.dtype.
     Key j is visible to query i of its sequence when 0 <= q_pos[i] - k_pos[j] (< window).
     max_seqlen_q: the longest query run (computed, with a host sync, when not given)."""
+    if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or k.shape[2] != q.shape[2]:
+        raise ValueError(f"q must be [T, Hq, D] and k, v [S, Hkv, D]; got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
     t, hq, d = q.shape
-    s, hkv = k.shape[:2]
-    if k.shape != v.shape or k.shape[2] != d or k.dim() != 3:
-        raise ValueError(f"k and v must be [S, Hkv, {d}], got {tuple(k.shape)} and {tuple(v.shape)}")
+    s, hkv, _ = k.shape
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
     if d > 256:

@@ -41,7 +41,8 @@ def _qmatmul_kernel(
             q = ((byte >> ((k % 2) * 4)[:, None]) & 15).to(tl.float32)  # [BK, BN]
         else:
             q = tl.load(codes_ptr + rn_safe[None, :] * stride_cn + k[:, None]).to(tl.float32)
-        g = rn_safe[None, :] * stride_sn + (k // GROUP)[:, None]  # [BK, BN] group index
+        # [BK, BN] group of each element: any group size, whole or split across tiles
+        g = rn_safe[None, :] * stride_sn + (k // GROUP)[:, None]
         w = q * tl.load(scale_ptr + g)
         if HAS_OFFSET:
             w += tl.load(offset_ptr + g)
@@ -53,9 +54,9 @@ def _qmatmul_kernel(
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y, mask=m_ok[:, None] & n_ok[None, :])
 
 
-def _blocks(m: int, k: int, group: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, warps) for M rows; BLOCK_K divides K and holds whole groups."""
-    bk = next(b for b in (128, 64, 32, 16) if k % b == 0 and b >= group)
+def _blocks(m: int, k: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, warps) for M rows; BLOCK_K divides K (no K masking)."""
+    bk = next(b for b in (128, 64, 32, 16) if k % b == 0)
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
         return 16, 64, bk, 4
     if m <= 64:
@@ -71,8 +72,8 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight) -> torch.Tensor:
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"x must be fp16, bf16 or fp32, got {x.dtype}")
     x = x if x.stride(1) == 1 else x.contiguous()
-    if k % 16 or w.group not in (16, 32):
-        raise ValueError(f"K ({k}) must be a multiple of 16 and the group ({w.group}) 16 or 32")
+    if k % 16:  # tl.dot's smallest K
+        raise ValueError(f"K ({k}) must be a multiple of 16")
     parts = [w.codes, w.scale] + ([w.offset] if w.offset is not None else [])
     if any(t.device != x.device for t in parts):
         raise ValueError("x and the packed weight must be on one device")
@@ -82,7 +83,7 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight) -> torch.Tensor:
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
-    bm, bn, bk, warps = _blocks(m, k, w.group)
+    bm, bn, bk, warps = _blocks(m, k)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     _qmatmul_kernel[grid](
         x, codes, scale, offset, y, m, n, k,
