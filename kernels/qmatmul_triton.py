@@ -84,11 +84,13 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight) -> torch.Tensor:
     if m == 0 or n == 0:
         return y
     bm, bn, bk, warps = _blocks(m, k)
+    stages = 2 if x.element_size() == 4 else 3  # fp32 tiles are twice the shared memory
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     _qmatmul_kernel[grid](
         x, codes, scale, offset, y, m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
         IEEE=x.dtype == torch.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps,
+        num_stages=stages,
     )
     return y
