@@ -1,0 +1,96 @@
+"""Matmul against packed quantized weights: Triton kernel of the contract in qmatmul.py.
+
+y = x @ dequant(W).T with W read as packed words: each program dequantizes a
+[BLOCK_K, BLOCK_N] tile of W in registers (nibble or int8 code, times the group scale,
+plus the group offset for 4-bit), casts it to the activation dtype and accumulates
+tl.dot in fp32. Nothing dequantized goes to memory.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .qmatmul import QWeight
+
+
+@triton.jit
+def _qmatmul_kernel(
+    x_ptr, codes_ptr, scale_ptr, offset_ptr, y_ptr,
+    M, N, K,
+    stride_xm, stride_cn, stride_sn, stride_ym,
+    BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < M
+    n_ok = rn < N
+    # rows past N read row 0 instead of masking every load: their columns are never stored
+    rn_safe = tl.where(n_ok, rn, 0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):  # the launcher picks BLOCK_K dividing K
+        k = k0 + rk  # [BK]
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + k[None, :], mask=m_ok[:, None], other=0.0)
+        if BITS == 4:  # byte k // 2 holds column k: even in the low nibble, odd in the high
+            byte = tl.load(codes_ptr + rn_safe[None, :] * stride_cn + (k // 2)[:, None])
+            q = ((byte >> ((k % 2) * 4)[:, None]) & 15).to(tl.float32)  # [BK, BN]
+        else:
+            q = tl.load(codes_ptr + rn_safe[None, :] * stride_cn + k[:, None]).to(tl.float32)
+        # [BK, BN] group of each element: any group size, whole or split across tiles
+        g = rn_safe[None, :] * stride_sn + (k // GROUP)[:, None]
+        w = q * tl.load(scale_ptr + g)
+        if HAS_OFFSET:
+            w += tl.load(offset_ptr + g)
+        if IEEE:  # fp32 operands: no TF32 rounding on the GPU
+            acc = tl.dot(x, w.to(x.dtype), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x, w.to(x.dtype), acc)
+    y = acc.to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y, mask=m_ok[:, None] & n_ok[None, :])
+
+
+def _blocks(m: int, k: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, warps) for M rows; BLOCK_K divides K (no K masking)."""
+    bk = next(b for b in (128, 64, 32, 16) if k % b == 0)
+    if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
+        return 16, 64, bk, 4
+    if m <= 64:
+        return 64, 64, min(bk, 64), 4
+    return 128, 128, min(bk, 64), 8  # prefill: compute bound
+
+
+def qmatmul_triton(x: torch.Tensor, w: QWeight) -> torch.Tensor:
+    """x [M, K] (fp16, bf16 or fp32; unit stride along K) @ dequant(w).T -> [M, N] in x.dtype."""
+    n, k = w.shape
+    if x.dim() != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be [M, {k}], got {tuple(x.shape)}")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"x must be fp16, bf16 or fp32, got {x.dtype}")
+    x = x if x.stride(1) == 1 else x.contiguous()
+    if k % 16:  # tl.dot's smallest K
+        raise ValueError(f"K ({k}) must be a multiple of 16")
+    parts = [w.codes, w.scale] + ([w.offset] if w.offset is not None else [])
+    if any(t.device != x.device for t in parts):
+        raise ValueError("x and the packed weight must be on one device")
+    codes, scale = w.codes.contiguous(), w.scale.contiguous()
+    offset = w.offset.contiguous() if w.offset is not None else scale  # unread without offset
+    m = x.shape[0]
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return y
+    bm, bn, bk, warps = _blocks(m, k)
+    stages = 2 if x.element_size() == 4 else 3  # fp32 tiles are twice the shared memory
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
+    _qmatmul_kernel[grid](
+        x, codes, scale, offset, y, m, n, k,
+        x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
+        BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
+        IEEE=x.dtype == torch.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps,
+        num_stages=stages,
+    )
+    return y
