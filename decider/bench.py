@@ -171,3 +171,42 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 4, 16, 64),
         print(f"{r['clients']:>7} {r['rps']:>8.2f} {r['p50']:>8.1f} {r['p99']:>8.1f} "
               f"{r['compute_p50']:>14.1f} {r['overhead_p50']:>24.2f}")
     return rows
+
+
+def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 20,
+                     prompt_tokens: Sequence[int] = (120, 2000), batch: int = 128,
+                     batch_tokens: int = 256, n_ctx: int = 4096) -> dict:
+    """The same score() work through several engines in one process: one yes/no at each
+    prompt length (median ms), and `batch` concurrent decisions of `batch_tokens` tokens
+    in one call (decisions/s). Token ids are random: speed does not depend on them."""
+    from decider.engines import Branch, ScoreJob, load_engine
+
+    rng = np.random.default_rng(0)
+    table: dict[str, dict[str, float]] = {}
+    for name in engines:
+        engine = load_engine(name, model_path, n_ctx)
+        if not table:  # the same jobs for every engine, ids inside the vocabulary
+            vocab = min(engine.info.n_vocab, 1000)
+
+            def job(n: int) -> ScoreJob:
+                ids = rng.integers(5, vocab, n).tolist()
+                return ScoreJob((2, *ids[: n - 9]), (Branch(tuple(ids[n - 9:]), ((3,), (4,))),))
+
+            singles = {n: job(n) for n in prompt_tokens}
+            many = [job(batch_tokens) for _ in range(batch)]
+        col = table.setdefault(name, {})
+        for n, j in singles.items():
+            col[f"1 yes/no, {n} tokens (ms)"] = _median_ms(lambda j=j: engine.score([j]), repeat)
+        ms = _median_ms(lambda: engine.score(many), max(3, repeat // 4))
+        col[f"{batch} x {batch_tokens} tokens (decisions/s)"] = batch / ms * 1000
+        engine.close()
+    rows = list(next(iter(table.values())))
+    first = engines[0]
+    print(f"{model_path}, {repeat} runs, medians; ratios: {first} against each other engine")
+    print(f"{'workload':<36}" + "".join(f"{e:>14}" for e in engines) + "".join(
+        f"{first + '/' + e:>20}" for e in engines[1:]))
+    for r in rows:
+        vals = [table[e][r] for e in engines]
+        print(f"{r:<36}" + "".join(f"{v:>14.2f}" for v in vals) + "".join(
+            f"{vals[0] / v:>20.3f}" for v in vals[1:]))
+    return table

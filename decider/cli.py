@@ -97,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="measure a running daemon at 1, 4, 16 and 64 concurrent clients")
     bench.add_argument("--per-client", type=int, default=8,
                        help="with --server: requests each client sends")
+    bench.add_argument("--engines", help="compare engines side by side (e.g. "
+                       "triton,reference,llama) on the same score() work")
+    bench.add_argument("--shape", help="with --engines: random weights of a real shape "
+                       "(gemma-3-270m, gemma-3-1b) instead of MODEL's file")
     _add_load_flags(bench)
     return p
 
@@ -334,13 +338,35 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_bench, run_service_bench
+    from .bench import run_bench, run_engine_bench, run_service_bench
 
+    if args.engines:
+        run_engine_bench(_bench_model_path(args), args.engines.split(","), repeat=args.repeat)
+        return EXIT_OK
     if args.server:
         run_service_bench(args.server, per_client=args.per_client, tokens=args.tokens)
         return EXIT_OK
     run_bench(args.model, repeat=args.repeat, tokens=args.tokens, **_load_options(args))
     return EXIT_OK
+
+
+def _bench_model_path(args: argparse.Namespace) -> str:
+    import tempfile
+
+    import numpy as np
+
+    from .catalog import Catalog
+
+    if not args.shape:
+        catalog = Catalog()
+        return str(catalog.locate(catalog.get(args.model or catalog.default)))
+    from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
+
+    if args.shape not in SHAPES:
+        raise InvalidRequest([FieldViolation("--shape", f"one of {', '.join(SHAPES)}")])
+    path = f"{tempfile.mkdtemp()}/{args.shape}-random.gguf"
+    write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **SHAPES[args.shape])
+    return path
 
 
 COMMANDS = {"run": _cmd_run, "serve": _cmd_serve, "health": _cmd_health, "models": _cmd_models,

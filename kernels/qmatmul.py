@@ -63,7 +63,12 @@ def dequantize(w: QWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 
 def qmatmul(x: torch.Tensor, w: QWeight) -> torch.Tensor:
-    """x [M, K] @ dequant(w).T -> [M, N], dequantizing at most CHUNK_ROWS rows at a time."""
+    """x [M, K] @ dequant(w).T -> [M, N]. On CUDA the Triton kernel reads the packed words;
+    elsewhere this reference dequantizes at most CHUNK_ROWS rows at a time."""
+    if x.is_cuda:
+        from .qmatmul_triton import qmatmul_triton  # Triton only where it compiles
+
+        return qmatmul_triton(x, w)
     n = w.shape[0]
     if n <= CHUNK_ROWS:
         return x @ dequantize(w, x.dtype).T

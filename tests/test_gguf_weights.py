@@ -9,7 +9,7 @@ from __future__ import annotations
 import gguf
 import numpy as np
 import pytest
-from tiny_gemma import T, random_blocks, write_tiny_gemma3
+from decider.engines.random_gguf import T, random_blocks, write_tiny_gemma3
 
 from decider.engines.gguf_weights import GGUFModel, pack
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny_gemma import T, random_blocks
+from decider.engines.random_gguf import T, random_blocks
 
 from decider.engines.gemma3 import qweight
 from decider.engines.gguf_weights import pack

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from tiny_gemma import T, write_tiny_gemma3
+from decider.engines.random_gguf import T, write_tiny_gemma3
 
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.errors import ConfigError, EngineFailure, EngineNoLogits, EngineOutOfMemory, \

@@ -1,5 +1,5 @@
-"""Random GGUF blocks and tiny random Gemma 3 models written as GGUF files, for exact-math
-tests. gguf 0.19 quantizes Q4_0/Q4_1/Q5_0/Q8_0 but not the K types: those are written as
+"""Random Gemma 3 models written as GGUF files: tiny ones for exact-math tests, real shapes
+(SHAPES) for speed, which does not depend on weight values. gguf 0.19 quantizes Q4_0/Q4_1/Q5_0/Q8_0 but not the K types: those are written as
 random raw blocks, every byte random except the fp16 scales (kept finite and small).
 Q5_K is here only to test its refusal."""
 
@@ -39,6 +39,18 @@ def random_tensor(qtype: T, rows: int, cols: int, rng: np.random.Generator,
         step = {T.Q4_K: std / 250, T.Q5_K: std / 500, T.Q6_K: std / 1000}[qtype]
         return random_blocks(qtype, rows * cols // block, rng, step).reshape(rows, -1)
     return gguf.quants.quantize(x, qtype)
+
+
+# Real Gemma 3 text shapes (layers, hidden, heads, kv_heads, head_dim, ffn, vocab, window)
+SHAPES = {
+    "gemma-3-270m": dict(layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256, ffn=2048,
+                         vocab=262144, window=512),
+    "gemma-3-1b": dict(layers=26, hidden=1152, heads=4, kv_heads=1, head_dim=256, ffn=6912,
+                       vocab=262144, window=512),
+}
+# The tensor types of the Q4_K_M file gemma-3-270m ships as
+Q4_K_M = {"token_embd": T.Q8_0, "attn_q": T.Q5_0, "attn_k": T.Q5_0, "attn_v": T.Q8_0,
+          "attn_output": T.Q4_K, "ffn_gate": T.Q5_0, "ffn_up": T.Q5_0, "ffn_down": T.Q6_K}
 
 
 def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One call on a CUDA machine with no network: wheels carried in .whl/, the package laid
+# out for import without installing, then the GPU tests and the benchmarks.
+# Results go to $OUT (default ./gpu-out).
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$here/gpu-out}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$here"/.whl/*.whl
+pkg=/tmp/pkg
+rm -rf "$pkg" && mkdir -p "$pkg"
+cp -r "$here/decider" "$pkg/" && cp -r "$here/engines" "$pkg/decider/engines"
+cp -r "$here/kernels" "$pkg/decider/kernels" && cp -r "$here/tests" "$here/scripts" "$pkg/"
+export PYTHONPATH=$pkg:/tmp/site PYTHONUNBUFFERED=1
+cd "$pkg"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c 'import torch, triton, transformers, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, transformers.__version__)'
+} 2>&1 | tee "$out/machine.txt"
+python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/gpu tests/test_kernels.py \
+  tests/test_torch_engine.py tests/test_gguf_weights.py 2>&1 | tee "$out/tests.txt" | tail -25
+python3 scripts/bench_kernels.py 2>&1 | tee "$out/bench_kernels.txt" | tail -25
+for shape in ${SHAPES:-gemma-3-270m}; do
+  python3 -m decider.cli bench --engines "${ENGINES:-triton,reference}" --shape "$shape" \
+    --repeat "${REPEAT:-10}" 2>&1 | tee "$out/bench_engines_$shape.txt" | tail -8
+done
