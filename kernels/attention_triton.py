@@ -132,8 +132,6 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return out
     block_d = max(16, triton.next_power_of_2(d))
     block_m, block_n = (64, 32) if block_d > 128 else (64, 64)
-    # fp32 Q, K, V tiles 256 wide fill shared memory without pipelining
-    stages = 1 if q.element_size() == 4 and block_d > 128 else 3
     grid = (triton.cdiv(max_seqlen_q, block_m), b, hq)
     _attention_kernel[grid](
         q, k, v, out, q_pos, k_pos, cu_seqlens_q, cu_seqlens_k,
@@ -142,6 +140,6 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         out.stride(0), out.stride(1),
         GROUP=hq // hkv, HEAD_DIM=d, HAS_WINDOW=window is not None,
         IEEE=q.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        num_warps=8 if block_d > 128 else 4, num_stages=stages,
+        num_warps=8 if block_d > 128 else 4,
     )
     return out
