@@ -2,8 +2,10 @@
 the torch references run in fp32 on the same (rounded) inputs.
 
 Tolerance: the kernels round the dequantized weight (qmatmul) or the softmax weights
-(attention) to the activation dtype before tl.dot, and round the output: each ~2^-9
-relative in bf16, so 1e-2 of the largest output leaves a wide margin over both.
+(attention) to the activation dtype before tl.dot, and round the output (2^-9 relative
+in bf16). That arithmetic emulated in torch on these shapes errs by up to 4e-3 of the
+largest output (qmatmul) and 3.3e-3 (attention, mostly the output rounding): the
+tolerance is 1e-2 of the largest output plus 1e-2 relative.
 """
 
 from __future__ import annotations
