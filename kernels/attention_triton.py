@@ -4,8 +4,9 @@ The masks it covers are those of attention.py built by `position_mask` over
 `varlen_visible`: several sequences packed in one batch (cu_seqlens), each query seeing
 the keys of its own sequence at or before its position and, with a sliding window, fewer
 than `window` positions back. Keys carry explicit positions, so a sequence's keys may be
-a cached prefix (ring slots in any order) followed by the new tokens. Token-tree
-visibility (tree_visible) is not covered. GQA: query head h reads key/value head
+a cached prefix (ring slots in any order) followed by the new tokens. Token trees
+(tree_visible): an optional [T, T] mask narrows what the new tokens see of each other,
+as the engine's branch passes need. GQA: query head h reads key/value head
 h // (Hq // Hkv).
 """
 
@@ -20,10 +21,12 @@ LOG2E = 1.4426950408889634
 
 @triton.jit
 def _attention_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, q_pos_ptr, k_pos_ptr, cu_q_ptr, cu_k_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, q_pos_ptr, k_pos_ptr, cu_q_ptr, cu_k_ptr, tree_ptr,
     qk_scale, window,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
+    stride_tree,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    HAS_TREE: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid_m, seq, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -73,6 +76,13 @@ def _attention_kernel(
             ok = n_ok[None, :] & (diff >= 0)
             if HAS_WINDOW:
                 ok = ok & (diff < window)
+            if HAS_TREE:  # the last q_len keys are the new tokens, in query order
+                j = rn - (k_len - q_len)
+                new = n_ok & (j >= 0)
+                seen = tl.load(tree_ptr + (q_start + rm)[:, None] * stride_tree
+                               + (q_start + j)[None, :], mask=m_ok[:, None] & new[None, :],
+                               other=0)
+                ok = ok & ((seen != 0) | ~new[None, :])
             s = tl.where(ok, s * qk_scale, float("-inf"))  # log2 units
             m_new = tl.maximum(m_i, tl.max(s, 1))
             p = tl.exp2(s - m_new[:, None])
@@ -92,11 +102,14 @@ def _attention_kernel(
 def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                      q_pos: torch.Tensor, k_pos: torch.Tensor, scale: float,
-                     window: int | None = None, max_seqlen_q: int | None = None) -> torch.Tensor:
+                     window: int | None = None, tree: torch.Tensor | None = None,
+                     max_seqlen_q: int | None = None) -> torch.Tensor:
     """q [T, Hq, D], k and v [S, Hkv, D] (unit stride along D), cu_seqlens_q [B+1] and
     cu_seqlens_k [B+1] int32 (sequence b: queries cu_q[b]:cu_q[b+1], keys
     cu_k[b]:cu_k[b+1]), q_pos [T] and k_pos [S] integer positions -> [T, Hq, D] in q.dtype.
     Key j is visible to query i of its sequence when 0 <= q_pos[i] - k_pos[j] (< window).
+    tree [T, T] bool: each sequence's last q_len keys are its queries' own tokens, and query
+    i sees new token j only where tree[i, j] (cached keys: positions alone).
     max_seqlen_q: the longest query run (computed, with a host sync, when not given)."""
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or k.shape[2] != q.shape[2]:
         raise ValueError(f"q must be [T, Hq, D] and k, v [S, Hkv, D]; got {tuple(q.shape)}, "
@@ -118,6 +131,8 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise ValueError("cu_seqlens must be int32")
     if q_pos.shape != (t,) or k_pos.shape != (s,):
         raise ValueError(f"q_pos must be [{t}] and k_pos [{s}]")
+    if tree is not None and (tree.shape != (t, t) or tree.dtype != torch.bool):
+        raise ValueError(f"tree must be bool [{t}, {t}]")
     if window is not None and window < 1:
         raise ValueError(f"window must be positive, got {window}")
     q, k, v = (x if x.stride(2) == 1 else x.contiguous() for x in (q, k, v))
@@ -125,6 +140,10 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if any(x.device != q.device for x in tensors):
         raise ValueError("all operands must be on one device")
     q_pos, k_pos = q_pos.contiguous(), k_pos.contiguous()
+    if tree is not None:
+        if tree.device != q.device:
+            raise ValueError("all operands must be on one device")
+        tree = (tree if tree.stride(1) == 1 else tree.contiguous()).view(torch.uint8)
     out = torch.empty(t, hq, d, dtype=q.dtype, device=q.device)
     if max_seqlen_q is None:
         max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max()) if b else 0
@@ -132,16 +151,15 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return out
     block_d = max(16, triton.next_power_of_2(d))
     block_m, block_n = (64, 32) if block_d > 128 else (64, 64)
-    # fp32 Q, K, V tiles 256 wide fill shared memory without pipelining
-    stages = 1 if q.element_size() == 4 and block_d > 128 else 3
     grid = (triton.cdiv(max_seqlen_q, block_m), b, hq)
     _attention_kernel[grid](
         q, k, v, out, q_pos, k_pos, cu_seqlens_q, cu_seqlens_k,
+        q_pos if tree is None else tree,  # unread without a tree
         scale * LOG2E, window or 0,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1),
-        GROUP=hq // hkv, HEAD_DIM=d, HAS_WINDOW=window is not None,
+        out.stride(0), out.stride(1), 0 if tree is None else tree.stride(0),
+        GROUP=hq // hkv, HEAD_DIM=d, HAS_WINDOW=window is not None, HAS_TREE=tree is not None,
         IEEE=q.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        num_warps=8 if block_d > 128 else 4, num_stages=stages,
+        num_warps=8 if block_d > 128 else 4,
     )
     return out

@@ -41,11 +41,20 @@ def _qmatmul_kernel(
             q = ((byte >> ((k % 2) * 4)[:, None]) & 15).to(tl.float32)  # [BK, BN]
         else:
             q = tl.load(codes_ptr + rn_safe[None, :] * stride_cn + k[:, None]).to(tl.float32)
-        # [BK, BN] group of each element: any group size, whole or split across tiles
-        g = rn_safe[None, :] * stride_sn + (k // GROUP)[:, None]
-        w = q * tl.load(scale_ptr + g)
-        if HAS_OFFSET:
-            w += tl.load(offset_ptr + g)
+        # one scale (and offset) per group and column, broadcast in registers
+        if GROUP >= BLOCK_K:  # the tile lies in one group
+            g = rn_safe * stride_sn + k0 // GROUP  # [BN]
+            w = q * tl.load(scale_ptr + g)[None, :]
+            if HAS_OFFSET:
+                w += tl.load(offset_ptr + g)[None, :]
+        else:  # the tile holds BK // GROUP whole groups
+            gk = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
+            g = rn_safe[None, :] * stride_sn + gk[:, None]  # [BK / G, BN]
+            w = tl.reshape(q, (BLOCK_K // GROUP, GROUP, BLOCK_N))
+            w = w * tl.load(scale_ptr + g)[:, None, :]
+            if HAS_OFFSET:
+                w += tl.load(offset_ptr + g)[:, None, :]
+            w = tl.reshape(w, (BLOCK_K, BLOCK_N))
         if IEEE:  # fp32 operands: no TF32 rounding on the GPU
             acc = tl.dot(x, w.to(x.dtype), acc, input_precision="ieee")
         else:
@@ -54,14 +63,18 @@ def _qmatmul_kernel(
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y, mask=m_ok[:, None] & n_ok[None, :])
 
 
-def _blocks(m: int, k: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, warps) for M rows; BLOCK_K divides K (no K masking)."""
-    bk = next(b for b in (128, 64, 32, 16) if k % b == 0)
+def _blocks(m: int, k: int, group: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, warps) for M rows. BLOCK_K divides K (no K masking) and
+    holds whole groups or lies in one."""
+    fits = [b for b in (128, 64, 32, 16) if k % b == 0 and (b % group == 0 or group % b == 0)]
+    if not fits:
+        raise ValueError(f"no K tile fits K={k} in groups of {group}")
+    small = [b for b in fits if b <= 64] or fits
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
-        return 16, 64, bk, 4
+        return 16, 64, fits[0], 4
     if m <= 64:
-        return 64, 64, min(bk, 64), 4
-    return 128, 128, min(bk, 64), 8  # prefill: compute bound
+        return 64, 64, small[0], 4
+    return 128, 128, small[0], 8  # prefill: compute bound
 
 
 def qmatmul_triton(x: torch.Tensor, w: QWeight) -> torch.Tensor:
@@ -72,8 +85,6 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight) -> torch.Tensor:
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"x must be fp16, bf16 or fp32, got {x.dtype}")
     x = x if x.stride(1) == 1 else x.contiguous()
-    if k % 16:  # tl.dot's smallest K
-        raise ValueError(f"K ({k}) must be a multiple of 16")
     parts = [w.codes, w.scale] + ([w.offset] if w.offset is not None else [])
     if any(t.device != x.device for t in parts):
         raise ValueError("x and the packed weight must be on one device")
@@ -83,14 +94,12 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight) -> torch.Tensor:
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
-    bm, bn, bk, warps = _blocks(m, k)
-    stages = 2 if x.element_size() == 4 else 3  # fp32 tiles are twice the shared memory
+    bm, bn, bk, warps = _blocks(m, k, w.group)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     _qmatmul_kernel[grid](
         x, codes, scale, offset, y, m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
         IEEE=x.dtype == torch.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps,
-        num_stages=stages,
     )
     return y
