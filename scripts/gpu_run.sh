@@ -10,14 +10,17 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "
 pkg=/tmp/pkg
 rm -rf "$pkg" && mkdir -p "$pkg"
 cp -r "$here/decider" "$pkg/" && cp -r "$here/engines" "$pkg/decider/engines"
-cp -r "$here/kernels" "$pkg/decider/kernels" && cp -r "$here/tests" "$here/scripts" "$pkg/"
+cp -r "$here/kernels" "$pkg/decider/kernels" && cp -r "$here/tests" "$here/scripts" "$here/kernels" "$pkg/"
 export PYTHONPATH=$pkg:/tmp/site PYTHONUNBUFFERED=1
 cd "$pkg"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c 'import torch, triton, transformers, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, transformers.__version__)'
 } 2>&1 | tee "$out/machine.txt"
+# (the import-time test needs the service's packages, which this machine lacks)
 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/gpu tests/test_kernels.py \
-  tests/test_torch_engine.py tests/test_gguf_weights.py 2>&1 | tee "$out/tests.txt" | tail -25
+  tests/test_torch_engine.py tests/test_gguf_weights.py -k "not imports_torch" -rs \
+  2>&1 | tee "$out/tests.txt" | tail -25
+python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
 python3 scripts/bench_kernels.py 2>&1 | tee "$out/bench_kernels.txt" | tail -25
 for shape in ${SHAPES:-gemma-3-270m}; do
   python3 -m decider.cli bench --engines "${ENGINES:-triton,reference}" --shape "$shape" \
