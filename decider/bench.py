@@ -188,7 +188,7 @@ def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 2
         if not table:  # the same jobs for every engine, ids inside the vocabulary
             vocab = min(engine.info.n_vocab, 1000)
 
-            def job(n: int) -> ScoreJob:
+            def job(n: int, vocab: int = vocab) -> ScoreJob:
                 ids = rng.integers(5, vocab, n).tolist()
                 return ScoreJob((2, *ids[: n - 9]), (Branch(tuple(ids[n - 9:]), ((3,), (4,))),))
 
@@ -196,8 +196,9 @@ def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 2
             many = [job(batch_tokens) for _ in range(batch)]
         col = table.setdefault(name, {})
         for n, j in singles.items():
-            col[f"1 yes/no, {n} tokens (ms)"] = _median_ms(lambda j=j: engine.score([j]), repeat)
-        ms = _median_ms(lambda: engine.score(many), max(3, repeat // 4))
+            col[f"1 yes/no, {n} tokens (ms)"] = _median_ms(
+                lambda e=engine, j=j: e.score([j]), repeat)
+        ms = _median_ms(lambda e=engine: e.score(many), max(3, repeat // 4))
         col[f"{batch} x {batch_tokens} tokens (decisions/s)"] = batch / ms * 1000
         engine.close()
     rows = list(next(iter(table.values())))

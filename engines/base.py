@@ -84,6 +84,15 @@ class EngineInfo:
     sentinel: float | None = None  # value an unwritten row holds, when the engine poisons
 
 
+def check_windows(jobs: Sequence[ScoreJob], n_ctx: int) -> None:
+    """Refuse, before any compute, a job whose longest sequence does not fit n_ctx."""
+    from decider.errors import PromptTooLong
+
+    for i, job in enumerate(jobs):
+        if job.window_tokens() > n_ctx:
+            raise PromptTooLong(job.window_tokens(), n_ctx, where=f"job {i}")
+
+
 class Engine(Protocol):
     name: str
     info: EngineInfo

@@ -16,6 +16,9 @@ Faults:
 from __future__ import annotations
 
 import os
+import time
+
+from decider.errors import EngineOutOfMemory
 
 FAULTS = ("skip-decode", "zero-logits", "stale-logits", "oom", "hang")
 
@@ -35,3 +38,18 @@ def take_fault() -> tuple[str, float] | None:
     if name not in FAULTS:
         raise ValueError(f"DECIDER_FAULT_FILE names unknown fault {spec!r}; one of {FAULTS}")
     return name, float(arg or 0)
+
+
+def begin_pass(engine: str) -> str | None:
+    """Take the pending fault at the start of an engine pass: stall for `hang`, raise for
+    `oom`, and return the name of a fault the pass itself must act out (or None)."""
+    fault = take_fault()
+    if fault is None:
+        return None
+    name, arg = fault
+    if name == "hang":
+        time.sleep(arg)
+        return None
+    if name == "oom":
+        raise EngineOutOfMemory(f"the {engine} engine ran out of memory (injected fault)")
+    return name

@@ -17,7 +17,6 @@ import ctypes
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,10 +26,11 @@ import llama_cpp as ll
 import numpy as np
 import structlog
 
-from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory, PromptTooLong
+from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 
-from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, label_trie
-from .faults import take_fault
+from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, check_windows,
+                   label_trie)
+from .faults import begin_pass
 
 log = structlog.get_logger("decider.engines.llama")
 
@@ -183,16 +183,10 @@ class LlamaEngine:
         return buf[:n]
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
-        for i, job in enumerate(jobs):  # the window check comes before any decode
-            if job.window_tokens() > self.info.n_ctx:
-                raise PromptTooLong(job.window_tokens(), self.info.n_ctx, where=f"job {i}")
+        check_windows(jobs, self.info.n_ctx)
         with self._lock:
-            fault = take_fault()
-            if fault and fault[0] == "hang":
-                time.sleep(fault[1])
-            if fault and fault[0] == "oom":
-                raise EngineOutOfMemory("llama.cpp ran out of memory (injected fault)")
-            return [self._score_job(job, fault and fault[0]) for job in jobs]
+            fault = begin_pass("llama.cpp")
+            return [self._score_job(job, fault) for job in jobs]
 
     def close(self) -> None:
         if getattr(self, "_batch", None) is not None:

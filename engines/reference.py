@@ -11,7 +11,6 @@ query_pre_attn_scalar or the local RoPE base.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,10 +19,10 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 from transformers.initialization import no_init_weights
 
-from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory, PromptTooLong
+from decider.errors import ConfigError, EngineFailure
 
-from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, label_trie
-from .faults import take_fault
+from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows, label_trie
+from .faults import begin_pass
 from .gemma3 import SLIDING_PATTERN, Gemma3Config
 from .gguf_weights import GGUFModel
 from .torch_engine import DEFAULT_N_CTX
@@ -117,15 +116,9 @@ class ReferenceEngine:
         return self._vocab.tokenize(text)
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
-        for i, job in enumerate(jobs):
-            if job.window_tokens() > self.info.n_ctx:
-                raise PromptTooLong(job.window_tokens(), self.info.n_ctx, where=f"job {i}")
+        check_windows(jobs, self.info.n_ctx)
         with self._lock:
-            fault = take_fault()
-            if fault and fault[0] == "hang":
-                time.sleep(fault[1])
-            if fault and fault[0] == "oom":
-                raise EngineOutOfMemory("the reference engine ran out of memory (injected fault)")
+            fault = begin_pass("reference")
             if fault:  # no buffer of its own to leave unwritten: every such pass reads zeros
                 return [[self._zeros(b) for b in job.branches] for job in jobs]
             with torch.inference_mode():

@@ -14,7 +14,6 @@ full-vocabulary logsumexp at each answer position.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory, PromptTooLong
+from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 from decider.kernels.attention import tree_visible
 
-from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, label_trie
-from .faults import take_fault
+from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, check_windows,
+                   label_trie)
+from .faults import begin_pass
 from .gemma3 import Gemma3
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
@@ -94,19 +94,12 @@ class TorchEngine:
         return self._vocab.tokenize(text)
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
-        for i, job in enumerate(jobs):  # the window check comes before any compute
-            if job.window_tokens() > self.info.n_ctx:
-                raise PromptTooLong(job.window_tokens(), self.info.n_ctx, where=f"job {i}")
+        check_windows(jobs, self.info.n_ctx)
         if not jobs:
             return []
         with self._lock:
-            fault = take_fault()
-            if fault and fault[0] == "hang":
-                time.sleep(fault[1])
-            if fault and fault[0] == "oom":
-                raise EngineOutOfMemory("the torch engine ran out of memory (injected fault)")
+            kind = begin_pass("torch")
             outs, n_logits, n_lse = _layout(jobs)
-            kind = fault and fault[0]
             try:
                 self._prepare(n_logits, n_lse, poison=kind != "stale-logits")
                 if kind == "zero-logits":  # as from a freshly allocated buffer
