@@ -198,7 +198,7 @@ def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 2
         for n, j in singles.items():
             col[f"1 yes/no, {n} tokens (ms)"] = _median_ms(
                 lambda e=engine, j=j: e.score([j]), repeat)
-        ms = _median_ms(lambda e=engine: e.score(many), max(3, repeat // 4))
+        ms = _median_ms(lambda e=engine, jobs=many: e.score(jobs), max(3, repeat // 4))
         col[f"{batch} x {batch_tokens} tokens (decisions/s)"] = batch / ms * 1000
         engine.close()
     rows = list(next(iter(table.values())))
