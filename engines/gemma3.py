@@ -212,4 +212,4 @@ class Gemma3(nn.Module):
         w = self.embedding
         if isinstance(w, QWeight):
             return qmatmul(h, w if rows is None else w.rows(rows))
-        return h @ (w if rows is None else w[rows]).T
+        return (h.to(w.dtype) @ (w if rows is None else w[rows]).T).to(h.dtype)

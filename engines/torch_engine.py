@@ -51,15 +51,21 @@ class TorchEngine:
     name = "triton"
 
     def __init__(self, model_path: str | Path, n_ctx: int | None = None, *, model_name: str = "",
-                 device: str | None = None, n_batch: int = 512,
+                 device: str | None = None, dtype: str | None = None, n_batch: int = 512,
                  n_threads: int | None = None) -> None:
         if n_threads:
             torch.set_num_threads(n_threads)
         path = Path(model_path)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        # activations: bf16 on the GPU (tensor cores), fp32 elsewhere (exact against the
+        # reference); the head's logits and logsumexp are computed in fp32 either way
+        name = dtype or ("bfloat16" if self.device.type == "cuda" else "float32")
+        if name not in ("bfloat16", "float16", "float32"):
+            raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {name!r}")
+        self.dtype = getattr(torch, name)
         try:
             gg = GGUFModel.read(path)
-            self.model = Gemma3(gg).to(self.device).eval()
+            self.model = Gemma3(gg, self.dtype).to(self.device).eval()
         except ValueError as e:  # a model this engine cannot run: say which and why
             raise ConfigError(f"engine {self.name!r} cannot load {path}: {e}",
                               model_path=path) from e
@@ -75,7 +81,7 @@ class TorchEngine:
             from .vocab import Vocab  # llama.cpp's tokenizer: the llama engine's ids
             self._vocab = Vocab(path)
         self.cache = KVCache([cfg.sliding(i) for i in range(cfg.layers)], n_ctx, cfg.window,
-                             cfg.kv_heads, cfg.head_dim, torch.float32, self.device)
+                             cfg.kv_heads, cfg.head_dim, self.dtype, self.device)
         self._logits = torch.empty(0, device=self.device)  # label rows of one score call
         self._lse = torch.empty(0, device=self.device)
         self.info = EngineInfo(
@@ -143,7 +149,7 @@ class TorchEngine:
             job_outs = [o for o in outs if o.job == ji]
             for group in self._groups(job):
                 hidden += self._branch_pass(job, group, job_outs)
-        h = torch.stack(hidden)
+        h = torch.stack(hidden).float()
         rows = sorted({t for o in outs for t in o.allowed})
         logits = self.model.head(h, torch.tensor(rows, device=self.device))
         col = {t: i for i, t in enumerate(rows)}
