@@ -56,15 +56,11 @@ class RawLlama:
         self.ctx = ll.llama_init_from_model(self.model, cp)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
 
-    def tokenize(self, text: str) -> list[int]:
-        data = text.encode()
-        buf = (self.ll.llama_token * (len(data) + 8))()
-        n = self.ll.llama_tokenize(self.vocab, data, len(data), buf, len(buf), False, True)
-        return buf[:n]
-
     def p_yes(self, prompt: str, yes: int, no: int) -> float:
+        from decider.engines.llama import tokenize_with
+
         ll = self.ll
-        ids = [ll.llama_vocab_bos(self.vocab), *self.tokenize(prompt)]
+        ids = [ll.llama_vocab_bos(self.vocab), *tokenize_with(self.vocab, prompt)]
         ll.llama_memory_clear(ll.llama_get_memory(self.ctx), True)
         arr = (ll.llama_token * len(ids))(*ids)
         if ll.llama_decode(self.ctx, ll.llama_batch_get_one(arr, len(ids))) != 0:

@@ -175,12 +175,7 @@ class LlamaEngine:
     # -- Engine protocol -------------------------------------------------------------
 
     def tokenize(self, text: str) -> list[int]:
-        data = text.encode("utf-8")
-        buf = (ll.llama_token * (len(data) + 8))()
-        n = ll.llama_tokenize(self._vocab, data, len(data), buf, len(buf), False, True)
-        if n < 0:  # cannot happen with one slot per byte, but never read past the buffer
-            raise EngineFailure(f"tokenizer needed {-n} slots for {len(data)} bytes")
-        return buf[:n]
+        return tokenize_with(self._vocab, text)
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
         check_windows(jobs, self.info.n_ctx)
@@ -203,8 +198,9 @@ class LlamaEngine:
 
     def _score_job(self, job: ScoreJob, fault: str | None) -> list[BranchResult]:
         ll.llama_memory_clear(self._mem, True)
+        tries = [label_trie(b.candidates) for b in job.branches]
         nodes: list[dict[Tokens, NodeLogits]] = [{} for _ in job.branches]
-        for i, group in enumerate(self._groups(job)):
+        for i, group in enumerate(self._groups(job, tries)):
             seqs = tuple(range(1, 1 + len(group)))
             entries = self._group_entries(job, group)
             if i == 0:  # the first group rides along with the prefix: one decode, not two
@@ -213,13 +209,14 @@ class LlamaEngine:
             else:
                 for seq in seqs:
                     ll.llama_memory_seq_cp(self._mem, PREFIX_SEQ, seq, -1, -1)
-            for (bi, path), node in self._decode(entries, fault, job.branches).items():
+            for (bi, path), node in self._decode(entries, fault, tries).items():
                 nodes[bi].setdefault(path, node)
             for seq in seqs:
                 ll.llama_memory_seq_rm(self._mem, seq, -1, -1)
         return [tuple(n[p] for p in sorted(n, key=len)) for n in nodes]
 
-    def _groups(self, job: ScoreJob) -> list[list[tuple[int, Tokens]]]:
+    def _groups(self, job: ScoreJob, tries: list[dict[Tokens, Tokens]]
+                ) -> list[list[tuple[int, Tokens]]]:
         """Pack (branch, trie leaf) pairs into decodes of at most n_parallel sequences whose
         tokens fit the KV cells the prefix leaves free."""
         free = self._cells - len(job.prefix)
@@ -227,7 +224,7 @@ class LlamaEngine:
         placed: set[tuple[int, Tokens]] = set()  # (branch, node) already fed in the group
         used = 0
         for bi, branch in enumerate(job.branches):
-            for leaf in _leaves(label_trie(branch.candidates)):
+            for leaf in _leaves(tries[bi]):
                 cost = len(branch.suffix) * ((bi, ()) not in placed) + sum(
                     (bi, leaf[:k]) not in placed for k in range(1, len(leaf) + 1)
                 )
@@ -263,7 +260,8 @@ class LlamaEngine:
 
     # -- llama_decode ----------------------------------------------------------------
 
-    def _decode(self, entries: list[_Entry], fault: str | None, branches=()) -> dict:
+    def _decode(self, entries: list[_Entry], fault: str | None,
+                tries: list[dict[Tokens, Tokens]]) -> dict:
         """Feed entries in n_batch chunks; read each output right after its chunk."""
         read: dict[tuple[int, Tokens], NodeLogits] = {}
         batch = self._batch
@@ -290,7 +288,7 @@ class LlamaEngine:
             stale_rows = self._prev_outputs if fault == "stale-logits" else 0
             self._prev_outputs = len(outputs)
             for j, (i, (bi, path)) in enumerate(outputs):
-                allowed = label_trie(branches[bi].candidates)[path]
+                allowed = tries[bi][path]
                 row = self._previous_row(j) if j < stale_rows else self._row(i)
                 if fault == "zero-logits":
                     row = np.zeros(self._n_vocab, dtype=np.float32)
@@ -320,6 +318,16 @@ class LlamaEngine:
         """Output row j as the previous decode left it (the stale-logits fault)."""
         base = ll.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(base, shape=((j + 1) * self._n_vocab,))[j * self._n_vocab:]
+
+
+def tokenize_with(vocab, text: str) -> list[int]:
+    """Token ids of `text` in a llama.cpp vocabulary: no BOS added, special tokens parsed."""
+    data = text.encode("utf-8")
+    buf = (ll.llama_token * (len(data) + 8))()
+    n = ll.llama_tokenize(vocab, data, len(data), buf, len(buf), False, True)
+    if n < 0:  # cannot happen with one slot per byte, but never read past the buffer
+        raise EngineFailure(f"tokenizer needed {-n} slots for {len(data)} bytes")
+    return buf[:n]
 
 
 def _leaves(trie: dict[Tokens, Tokens]) -> list[Tokens]:

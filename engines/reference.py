@@ -26,6 +26,7 @@ from .faults import begin_pass
 from .gemma3 import SLIDING_PATTERN, Gemma3Config
 from .gguf_weights import GGUFModel
 from .torch_engine import DEFAULT_N_CTX
+from .vocab import Vocab
 
 # GGUF tensor name (after "blk.N.") -> transformers parameter (after "model.layers.N.")
 _NAMES = {
@@ -99,10 +100,7 @@ class ReferenceEngine:
                                 f"(missing {missing}, unexpected {unexpected})")
         self.model.tie_weights()
         self._lock = threading.Lock()
-        self._vocab = None
-        if "tokenizer.ggml.model" in gg.meta:
-            from .vocab import Vocab
-            self._vocab = Vocab(path)
+        self._vocab = Vocab(path, "tokenizer.ggml.model" in gg.meta)  # the llama engine's ids
         self.info = EngineInfo(
             model_name=model_name or path.stem, model_path=str(path), n_ctx=n_ctx,
             n_ctx_train=cfg.n_ctx_train, n_vocab=cfg.vocab, bos_id=cfg.bos_id,
@@ -111,8 +109,6 @@ class ReferenceEngine:
         )
 
     def tokenize(self, text: str) -> list[int]:
-        if self._vocab is None:
-            raise EngineFailure(f"{self.info.model_path} holds no tokenizer")
         return self._vocab.tokenize(text)
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
@@ -145,6 +141,4 @@ class ReferenceEngine:
                                 0.0 if not p else None) for p in sorted(trie, key=len))
 
     def close(self) -> None:
-        if self._vocab is not None:
-            self._vocab.close()
-            self._vocab = None
+        self._vocab.close()

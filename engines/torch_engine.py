@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
+from decider.errors import ConfigError, EngineOutOfMemory
 from decider.kernels.attention import tree_visible
 
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, check_windows,
@@ -30,6 +30,7 @@ from .faults import begin_pass
 from .gemma3 import Gemma3
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
+from .vocab import Vocab
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
 DEFAULT_N_CTX = 8192
@@ -76,10 +77,7 @@ class TorchEngine:
                               f"context), got {n_ctx}", n_ctx=n_ctx, n_ctx_train=cfg.n_ctx_train)
         self._n_batch = n_batch
         self._lock = threading.Lock()
-        self._vocab = None
-        if "tokenizer.ggml.model" in gg.meta:
-            from .vocab import Vocab  # llama.cpp's tokenizer: the llama engine's ids
-            self._vocab = Vocab(path)
+        self._vocab = Vocab(path, "tokenizer.ggml.model" in gg.meta)  # the llama engine's ids
         self.cache = KVCache([cfg.sliding(i) for i in range(cfg.layers)], n_ctx, cfg.window,
                              cfg.kv_heads, cfg.head_dim, self.dtype, self.device)
         self._logits = torch.empty(0, device=self.device)  # label rows of one score call
@@ -95,8 +93,6 @@ class TorchEngine:
     # -- Engine protocol -------------------------------------------------------------
 
     def tokenize(self, text: str) -> list[int]:
-        if self._vocab is None:
-            raise EngineFailure(f"{self.info.model_path} holds no tokenizer")
         return self._vocab.tokenize(text)
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
@@ -119,9 +115,7 @@ class TorchEngine:
             return self._read(jobs, outs)
 
     def close(self) -> None:
-        if self._vocab is not None:
-            self._vocab.close()
-            self._vocab = None
+        self._vocab.close()
 
     # -- the passes ------------------------------------------------------------------
 
