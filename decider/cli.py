@@ -203,16 +203,10 @@ def _run_remote(args: argparse.Namespace, lines, request) -> int:
 
     with DeciderClient(args.server, timeout=None) as client:
         if lines is not None:
-            return _run_jsonl(lambda req: decision_from(client, req, args.model), lines)
-        decision = decision_from(client, request, args.model)
+            return _run_jsonl(lambda req: client.decide_request(req, args.model), lines)
+        decision = client.decide_request(request, args.model)
     print(json.dumps(decision.to_dict(), indent=2) if args.json else _format(decision))
     return EXIT_OK
-
-
-def decision_from(client, request, model: str):
-    from .wire import decision_from_proto
-
-    return decision_from_proto(client.decide_raw(request, model))
 
 
 def _jsonl_lines(path: str) -> list[str]:

@@ -68,8 +68,10 @@ class DeciderClient:
 
     def decide(self, text: str, questions: Sequence[Question], *, instructions: str = "",
                model: str = "") -> Decision:
-        return decision_from_proto(self.decide_raw(Request(text, tuple(questions), instructions),
-                                                   model))
+        return self.decide_request(Request(text, tuple(questions), instructions), model)
+
+    def decide_request(self, request: Request, model: str = "") -> Decision:
+        return decision_from_proto(self.decide_raw(request, model))
 
     def decide_raw(self, request: Request, model: str = "") -> pb.DecideResponse:
         """The full response: answers, usage, timings and provenance."""
