@@ -63,10 +63,6 @@ class Scheduler:
         self.engine_lock = asyncio.Lock()  # held by each engine call; a model swap waits
         self.busy_since: float | None = None  # monotonic start of the running engine call
 
-    @property
-    def depth(self) -> int:
-        return len(self._queue)
-
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="scheduler")
 
