@@ -14,14 +14,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from decider.kernels.attention import attention, position_mask
+from decider.kernels.attention import attend
+from decider.kernels.fused import add_rms_norm, gelu_mul, qk_norm_rope_, rms_norm, rope_tables
 from decider.kernels.qmatmul import QWeight, embed, qmatmul
 
 from .gguf_weights import GGUFModel, Packed
 from .kv_cache import KVCache
+from .passes import END, IDS, LO_FULL, LO_SLIDE, POS
 
 SLIDING_PATTERN = 6  # layer i is full attention when (i + 1) % 6 == 0
 LOCAL_ROPE_BASE = 10_000.0
@@ -79,26 +80,59 @@ class Gemma3Config:
         )
 
 
-class QuantLinear(nn.Module):
-    """y = x @ W.T on a packed weight: the module swapped in for a quantized nn.Linear."""
+class Linear(nn.Module):
+    """y = x @ [W_1; W_2; ...].T: one projection, or several side by side (q, k, v; gate,
+    up) in one output. Packed parts of one form are concatenated into one weight at load
+    (one matmul); parts that differ each write their columns of the output."""
 
-    def __init__(self, weight: QWeight) -> None:
+    def __init__(self, weights: list[Packed | np.ndarray], dtype: torch.dtype) -> None:
         super().__init__()
-        self.weight = weight
-        self.out_features, self.in_features = weight.shape
+        self.parts = [_join(weights)] if _joinable(weights) else weights
+        self.parts = [qweight(w) if isinstance(w, Packed) else
+                      torch.from_numpy(np.array(w, np.float32)).to(dtype) for w in self.parts]
+        self.out_features = sum(w.shape[0] for w in self.parts)
+
+    def to(self, device):  # QWeight is not a module: move the parts by hand
+        self.parts = [w.to(device) for w in self.parts]
+        return self
+
+    def nbytes(self) -> int:
+        return sum(w.nbytes() if isinstance(w, QWeight) else w.numel() * w.element_size()
+                   for w in self.parts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return qmatmul(x, self.weight)
+        if len(self.parts) == 1:
+            return _matmul(x, self.parts[0])
+        out = torch.empty(len(x), self.out_features, dtype=x.dtype, device=x.device)
+        at = 0
+        for w in self.parts:
+            _matmul(x, w, out[:, at:at + w.shape[0]])
+            at += w.shape[0]
+        return out
 
 
-def linear(w: Packed | np.ndarray, dtype: torch.dtype) -> nn.Module:
-    """A packed tensor becomes a QuantLinear; a dense one an nn.Linear in `dtype`."""
-    if isinstance(w, Packed):
-        return QuantLinear(qweight(w))
-    lin = nn.Linear(w.shape[1], w.shape[0], bias=False)
-    lin.weight = nn.Parameter(torch.from_numpy(np.array(w, dtype=np.float32)).to(dtype),
-                              requires_grad=False)
-    return lin
+def _matmul(x: torch.Tensor, w: QWeight | torch.Tensor, out: torch.Tensor | None = None):
+    if isinstance(w, QWeight):
+        return qmatmul(x, w, out)
+    return torch.matmul(x, w.T) if out is None else out.copy_(torch.matmul(x, w.T))
+
+
+def _joinable(ws: list[Packed | np.ndarray]) -> bool:
+    if all(not isinstance(w, Packed) for w in ws):
+        return True
+    return all(isinstance(w, Packed) and (w.kind, w.group) == (ws[0].kind, ws[0].group)
+               for w in ws)
+
+
+def _join(ws: list[Packed | np.ndarray]) -> Packed | np.ndarray:
+    if len(ws) == 1:
+        return ws[0]
+    if not isinstance(ws[0], Packed):
+        return np.concatenate([np.asarray(w, np.float32) for w in ws])
+    offset = None if ws[0].offset is None else np.concatenate([w.offset for w in ws])
+    return Packed(ws[0].kind, np.concatenate([w.codes for w in ws]),
+                  np.concatenate([w.scale for w in ws]), offset, ws[0].group,
+                  "+".join(w.source for w in ws))
 
 
 def qweight(w: Packed) -> QWeight:
@@ -107,63 +141,46 @@ def qweight(w: Packed) -> QWeight:
                    4 if w.kind == "q4" else 8)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Gemma's RMSNorm in fp32; `weight` already holds 1 + w."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight).to(x.dtype)
-
-
-def rope(x: torch.Tensor, pos: torch.Tensor, base: float, scale: float) -> torch.Tensor:
-    """Rotate-half RoPE: x [T, H, D] at positions pos [T]; angles in fp32."""
-    d = x.shape[-1]
-    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)) / scale
-    freqs = pos.float()[:, None] * inv_freq.to(pos.device)[None]  # [T, D/2]
-    emb = torch.cat([freqs, freqs], -1)[:, None]
-    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
-
-
 class Block(nn.Module):
     def __init__(self, cfg: Gemma3Config, i: int, t: dict, dtype: torch.dtype) -> None:
         super().__init__()
         self.cfg, self.index, self.sliding = cfg, i, cfg.sliding(i)
         p = f"blk.{i}."
-        self.q, self.k, self.v, self.o = (linear(t[p + n + ".weight"], dtype)
-                                          for n in ("attn_q", "attn_k", "attn_v", "attn_output"))
-        self.gate, self.up, self.down = (linear(t[p + n + ".weight"], dtype)
-                                         for n in ("ffn_gate", "ffn_up", "ffn_down"))
+        self.qkv = Linear([t[p + n + ".weight"] for n in ("attn_q", "attn_k", "attn_v")], dtype)
+        self.o = Linear([t[p + "attn_output.weight"]], dtype)
+        self.gate_up = Linear([t[p + n + ".weight"] for n in ("ffn_gate", "ffn_up")], dtype)
+        self.down = Linear([t[p + "ffn_down.weight"]], dtype)
         for n in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm",
                   "attn_q_norm", "attn_k_norm"):
             self.register_buffer(n, torch.from_numpy(np.array(t[p + n + ".weight"], np.float32)))
 
-    def forward(self, x, pos, visible, cache: KVCache, write: bool) -> torch.Tensor:
-        """x [T, hidden] at positions pos [T]; visible [T, T] among these tokens; they
-        also see the cached tokens before them. write: store their K/V in the cache."""
+    def forward(self, x, h, norm_next, meta, rope, cache: KVCache | None, write: bool):
+        """x: the residual stream [T, hidden], h: its attn_norm; returns the stream after
+        this layer and its norm by norm_next (the next layer's attn_norm, or the final
+        norm). meta [5, T]: passes.py's rows; rope: (cos, sin) tables of this layer's kind.
+        cache: the prefix before these tokens, which write=True extends with them."""
         cfg = self.cfg
-        h = rms_norm(x, self.attn_norm, cfg.eps)
-        q = self.q(h).view(-1, cfg.heads, cfg.head_dim)
-        k = self.k(h).view(-1, cfg.kv_heads, cfg.head_dim)
-        v = self.v(h).view(-1, cfg.kv_heads, cfg.head_dim)
-        base, scale = (cfg.rope_local, 1.0) if self.sliding else (cfg.rope_global,
-                                                                  cfg.rope_global_scale)
-        q = rope(rms_norm(q, self.attn_q_norm, cfg.eps), pos, base, scale)
-        k = rope(rms_norm(k, self.attn_k_norm, cfg.eps), pos, base, scale)
-        ck, cv, cpos = cache.read(self.index)
-        keys, values = torch.cat([ck, k]), torch.cat([cv, v])
-        vis = torch.cat([visible.new_ones(len(pos), len(cpos)), visible], 1)
-        mask = position_mask(pos, torch.cat([cpos, pos]), vis, cfg.window if self.sliding else None)
-        a = attention(q, keys, values, mask, cfg.query_pre_attn_scalar ** -0.5)
+        t, hq, hkv, d = len(x), cfg.heads, cfg.kv_heads, cfg.head_dim
+        pos = meta[POS]
+        heads = self.qkv(h).view(t, hq + 2 * hkv, d)
+        qk_norm_rope_(heads[:, :hq + hkv], hq, self.attn_q_norm, self.attn_k_norm, pos, *rope,
+                      cfg.eps)
+        q, k, v = heads[:, :hq], heads[:, hq:hq + hkv], heads[:, hq + hkv:]
+        cached = cache.read(self.index) if cache is not None else None
+        a = attend(q, k, v, meta[LO_SLIDE if self.sliding else LO_FULL], meta[END],
+                   cfg.query_pre_attn_scalar ** -0.5, cache=cached, q_pos=pos,
+                   window=cfg.window if self.sliding else None)
         if write:
-            cache.write(self.index, pos, k, v)
-        x = x + rms_norm(self.o(a.reshape(len(pos), -1)), self.post_attention_norm, cfg.eps)
-        h = rms_norm(x, self.ffn_norm, cfg.eps)
-        h = self.down(F.gelu(self.gate(h), approximate="tanh") * self.up(h))
-        return x + rms_norm(h, self.post_ffw_norm, cfg.eps)
+            cache.write(self.index, k, v)
+        x, h = add_rms_norm(x, self.o(a.view(t, hq * d)), self.post_attention_norm,
+                            self.ffn_norm, cfg.eps)
+        return add_rms_norm(x, self.down(gelu_mul(self.gate_up(h))), self.post_ffw_norm,
+                            norm_next, cfg.eps)
 
 
 class Gemma3(nn.Module):
-    def __init__(self, model: GGUFModel, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, model: GGUFModel, dtype: torch.dtype = torch.float32,
+                 n_ctx: int | None = None) -> None:
         super().__init__()
         self.cfg = cfg = Gemma3Config.from_gguf(model)
         self.dtype = dtype
@@ -176,36 +193,46 @@ class Gemma3(nn.Module):
         self.register_buffer("norm", torch.from_numpy(np.array(t["output_norm.weight"],
                                                                 np.float32)))
         self.embed_scale = torch.tensor(math.sqrt(cfg.hidden), dtype=dtype)
+        n = n_ctx or cfg.n_ctx_train
+        for name, tables in (("local", rope_tables(n, cfg.head_dim, cfg.rope_local)),
+                             ("global", rope_tables(n, cfg.head_dim, cfg.rope_global,
+                                                    cfg.rope_global_scale))):
+            self.register_buffer(f"cos_{name}", tables[0])
+            self.register_buffer(f"sin_{name}", tables[1])
 
     def to(self, device):  # QWeight is not a module: move it by hand
         super().to(device)
         for m in self.modules():
-            if isinstance(m, QuantLinear):
-                m.weight = m.weight.to(device)
+            if isinstance(m, Linear):
+                m.to(device)
         if isinstance(self.embedding, QWeight):
             self.embedding = self.embedding.to(device)
         self.embed_scale = self.embed_scale.to(device)
         return self
 
     def weight_bytes(self) -> int:
-        tensors = [*self.parameters(), *self.buffers()]
-        packed = [m.weight for m in self.modules() if isinstance(m, QuantLinear)]
-        if isinstance(self.embedding, QWeight):
-            packed.append(self.embedding)
-        else:
-            tensors.append(self.embedding)
-        return sum(w.nbytes() for w in packed) + sum(x.numel() * x.element_size() for x in tensors)
+        emb = self.embedding
+        return (sum(m.nbytes() for m in self.modules() if isinstance(m, Linear))
+                + (emb.nbytes() if isinstance(emb, QWeight) else emb.numel() * emb.element_size())
+                + sum(x.numel() * x.element_size() for name, x in self.named_buffers()
+                      if "norm" in name))
 
-    def forward(self, ids, pos, visible, cache: KVCache, write: bool) -> torch.Tensor:
-        """ids, pos [T] -> final-normed hidden states [T, hidden]."""
+    def forward(self, meta: torch.Tensor, cache: KVCache | None = None,
+                write: bool = False) -> torch.Tensor:
+        """meta int32 [5, T] (passes.py: ids, pos, lo_full, lo_slide, end) -> final-normed
+        hidden states [T, hidden]. No host sync: a CUDA graph can hold it (cache None)."""
+        ids = meta[IDS]
         if isinstance(self.embedding, QWeight):
             x = embed(self.embedding, ids, self.dtype)
         else:
             x = self.embedding[ids]
         x = x * self.embed_scale
-        for block in self.blocks:
-            x = block(x, pos, visible, cache, write)
-        return rms_norm(x, self.norm, self.cfg.eps)
+        h = rms_norm(x, self.blocks[0].attn_norm, self.cfg.eps)
+        rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
+        for i, block in enumerate(self.blocks):
+            norm_next = self.blocks[i + 1].attn_norm if i + 1 < len(self.blocks) else self.norm
+            x, h = block(x, h, norm_next, meta, rope[block.sliding], cache, write)
+        return h
 
     def head(self, h: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """h [A, hidden] -> logits [A, len(rows)] of the tied output head (all rows: None)."""

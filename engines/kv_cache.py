@@ -10,11 +10,12 @@ class KVCache:
     def __init__(self, sliding: list[bool], n_ctx: int, window: int, kv_heads: int,
                  head_dim: int, dtype: torch.dtype, device: torch.device | str) -> None:
         self.slots = [min(window, n_ctx) if s else n_ctx for s in sliding]
+        self.ring = list(sliding)
         self.k = [torch.zeros(n, kv_heads, head_dim, dtype=dtype, device=device)
                   for n in self.slots]
         self.v = [torch.zeros_like(k) for k in self.k]
-        self.pos = [torch.full((n,), -1, dtype=torch.long, device=device) for n in self.slots]
-        self.length = 0  # positions written so far (the same in every layer)
+        self.pos = [torch.full((n,), -1, dtype=torch.int32, device=device) for n in self.slots]
+        self.length = 0  # positions held so far (the same in every layer)
 
     def nbytes(self) -> int:
         return sum(2 * k.numel() * k.element_size() for k in self.k)
@@ -29,13 +30,17 @@ class KVCache:
         n = min(self.length, self.slots[layer])
         return self.k[layer][:n], self.v[layer][:n], self.pos[layer][:n]
 
-    def write(self, layer: int, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store consecutive positions pos [T] continuing the cache; a ring keeps the last."""
-        n = self.slots[layer]
-        if int(pos[0]) != self.length:  # positions come in order, once each
-            raise ValueError(f"cache holds {self.length} positions; cannot write {pos.tolist()}")
-        pos, k, v = pos[-n:], k[-n:], v[-n:]
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store the next len(k) positions (from self.length on); a ring keeps the last."""
+        n, t = self.slots[layer], len(k)
+        if not self.ring[layer] and self.length + t > n:
+            raise ValueError(f"cache holds {n} positions; cannot write {self.length + t}")
+        keep = min(t, n)
+        first = self.length + t - keep
+        pos = torch.arange(first, first + keep, dtype=torch.int32, device=k.device)
         slot = pos % n
-        self.k[layer][slot], self.v[layer][slot], self.pos[layer][slot] = k, v, pos
-        if layer == len(self.slots) - 1:
-            self.length = int(pos[-1]) + 1
+        self.k[layer][slot], self.v[layer][slot], self.pos[layer][slot] = k[-keep:], v[-keep:], pos
+
+    def advance(self, t: int) -> None:
+        """After every layer wrote the same t tokens."""
+        self.length += t

@@ -1,59 +1,49 @@
 """The Triton engine: a plain PyTorch Gemma 3 on packed GGUF weights.
 
-On CUDA it is meant to run Triton kernels; on a machine without CUDA the same model code
+On CUDA the model runs Triton kernels (packed-weight matmuls, tree attention, fused
+norms and RoPE) and, for passes up to n_batch tokens, replays CUDA graphs captured at
+load, one per power-of-two token count. On a machine without CUDA the same model code
 runs on the torch reference kernels (fp32), which is what CI checks the math with.
 
-One job: the prefix goes through the model once, in chunks of n_batch tokens, filling
-the engine's KV cache. Then the branches: each branch's suffix and label-trie tokens
-form a token tree on top of the cached prefix (a trie node's token sees the prefix, the
-suffix and its own ancestors), several branches per pass, none writing the cache. Only
-label rows of the tied output head are computed, at trie-node tokens only, plus the
-full-vocabulary logsumexp at each answer position.
+A score call is laid out by passes.py: every job a token tree, several trees per pass
+(a job larger than n_batch goes through the KV cache in chunks). Only label rows of the
+tied output head are computed, at trie-node tokens only, plus the full-vocabulary
+logsumexp at each answer position; they land in one output buffer poisoned with the
+sentinel first, and one copy brings them back.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from decider.errors import ConfigError, EngineOutOfMemory
-from decider.kernels.attention import tree_visible
+from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 
-from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, check_windows,
-                   label_trie)
+from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows
+from .cuda_graphs import GraphRunner, pad
 from .faults import begin_pass
-from .gemma3 import Gemma3
+from .gemma3 import Gemma3, Gemma3Config
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
+from .passes import POS, Plan, plan
 from .vocab import Vocab
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
 DEFAULT_N_CTX = 8192
-
-
-@dataclass(frozen=True, slots=True)
-class _Out:
-    """One trie node's row: where it is read and where it lands in the output buffer."""
-
-    job: int
-    branch: int
-    path: Tokens
-    allowed: Tokens
-    at: int  # offset of its logits in the output buffer
-    lse_at: int  # offset of its logsumexp, -1 below the answer position
+N_BATCH = {"cuda": 8192, "cpu": 512}  # default tokens per pass
+_DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
 
 
 class TorchEngine:
     name = "triton"
 
     def __init__(self, model_path: str | Path, n_ctx: int | None = None, *, model_name: str = "",
-                 device: str | None = None, dtype: str | None = None, n_batch: int = 512,
-                 n_threads: int | None = None) -> None:
+                 device: str | None = None, dtype: str | None = None, n_batch: int | None = None,
+                 n_threads: int | None = None, cuda_graphs: bool = True) -> None:
         if n_threads:
             torch.set_num_threads(n_threads)
         path = Path(model_path)
@@ -66,28 +56,40 @@ class TorchEngine:
         self.dtype = getattr(torch, name)
         try:
             gg = GGUFModel.read(path)
-            self.model = Gemma3(gg, self.dtype).to(self.device).eval()
+            cfg = Gemma3Config.from_gguf(gg)
         except ValueError as e:  # a model this engine cannot run: say which and why
             raise ConfigError(f"engine {self.name!r} cannot load {path}: {e}",
                               model_path=path) from e
-        cfg = self.model.cfg
         n_ctx = n_ctx or min(DEFAULT_N_CTX, cfg.n_ctx_train)
         if not 32 <= n_ctx <= cfg.n_ctx_train:
             raise ConfigError(f"n_ctx must be in [32, {cfg.n_ctx_train}] (the model's trained "
                               f"context), got {n_ctx}", n_ctx=n_ctx, n_ctx_train=cfg.n_ctx_train)
-        self._n_batch = n_batch
+        self._n_batch = n_batch or N_BATCH.get(self.device.type, N_BATCH["cpu"])
+        if self._n_batch < 1:
+            raise ConfigError(f"n_batch must be positive, got {self._n_batch}")
         self._lock = threading.Lock()
         self._vocab = Vocab(path, "tokenizer.ggml.model" in gg.meta)  # the llama engine's ids
-        self.cache = KVCache([cfg.sliding(i) for i in range(cfg.layers)], n_ctx, cfg.window,
-                             cfg.kv_heads, cfg.head_dim, self.dtype, self.device)
-        self._logits = torch.empty(0, device=self.device)  # label rows of one score call
-        self._lse = torch.empty(0, device=self.device)
+        try:
+            self.model = Gemma3(gg, self.dtype, n_ctx).to(self.device).eval()
+            self.cache = KVCache([cfg.sliding(i) for i in range(cfg.layers)], n_ctx, cfg.window,
+                                 cfg.kv_heads, cfg.head_dim, self.dtype, self.device)
+            self._staging = _Staging(self.device)
+            self._logits = torch.empty(0, device=self.device)  # label rows of one score call
+            self._lse = torch.empty(0, device=self.device)
+            self._graphs = None
+            if self.device.type == "cuda" and cuda_graphs:
+                with torch.inference_mode():
+                    self._graphs = GraphRunner(self.model, self._n_batch, self.device)
+        except torch.OutOfMemoryError as e:
+            raise EngineOutOfMemory(f"the torch engine ran out of memory loading {path}: {e}") \
+                from e
+        memory = {"weights": self.model.weight_bytes(), "kv": self.cache.nbytes()}
+        if self._graphs is not None:
+            memory["graphs"] = self._graphs.nbytes
         self.info = EngineInfo(
             model_name=model_name or path.stem, model_path=str(path), n_ctx=n_ctx,
             n_ctx_train=cfg.n_ctx_train, n_vocab=cfg.vocab, bos_id=cfg.bos_id,
-            weights=_summary(gg),
-            memory={"weights": self.model.weight_bytes(), "kv": self.cache.nbytes()},
-            sentinel=SENTINEL,
+            weights=_summary(gg), memory=memory, sentinel=SENTINEL,
         )
 
     # -- Engine protocol -------------------------------------------------------------
@@ -101,18 +103,22 @@ class TorchEngine:
             return []
         with self._lock:
             kind = begin_pass("torch")
-            outs, n_logits, n_lse = _layout(jobs)
+            layout = plan(list(jobs), self._n_batch, self.model.cfg.window)
             try:
-                self._prepare(n_logits, n_lse, poison=kind != "stale-logits")
+                self._prepare(layout.n_logits, layout.n_lse, poison=kind != "stale-logits")
                 if kind == "zero-logits":  # as from a freshly allocated buffer
                     self._logits.zero_()
                     self._lse.zero_()
                 elif kind is None:
                     with torch.inference_mode():
-                        self._run(jobs, outs)
+                        self._run(layout)
+                logits = self._logits[:layout.n_logits].cpu().numpy()
+                lse = self._lse[:layout.n_lse].cpu().numpy()
             except torch.OutOfMemoryError as e:
                 raise EngineOutOfMemory(f"the torch engine ran out of memory: {e}") from e
-            return self._read(jobs, outs)
+            except _DEVICE_ERROR as e:  # a CUDA error: this context is done for
+                raise EngineFailure(f"the torch engine's device failed: {e}") from e
+            return _results(jobs, layout, logits, lse)
 
     def close(self) -> None:
         self._vocab.close()
@@ -129,87 +135,80 @@ class TorchEngine:
             self._logits[:n_logits].fill_(SENTINEL)
             self._lse[:n_lse].fill_(SENTINEL)
 
-    def _run(self, jobs: Sequence[ScoreJob], outs: list[_Out]) -> None:
-        hidden: list[torch.Tensor] = []  # [hidden] per entry of outs, in order
-        for ji, job in enumerate(jobs):
-            self.cache.clear()
-            prefix = torch.tensor(job.prefix, device=self.device)
-            for s in range(0, len(prefix), self._n_batch):
-                ids = prefix[s : s + self._n_batch]
-                pos = torch.arange(s, s + len(ids), device=self.device)
-                causal = torch.ones(len(ids), len(ids), dtype=torch.bool,
-                                    device=self.device).tril()
-                self.model(ids, pos, causal, self.cache, write=True)
-            job_outs = [o for o in outs if o.job == ji]
-            for group in self._groups(job):
-                hidden += self._branch_pass(job, group, job_outs)
-        h = torch.stack(hidden).float()
-        rows = sorted({t for o in outs for t in o.allowed})
-        logits = self.model.head(h, torch.tensor(rows, device=self.device))
-        col = {t: i for i, t in enumerate(rows)}
-        for o, row in zip(outs, logits):
-            self._logits[o.at : o.at + len(o.allowed)] = row[[col[t] for t in o.allowed]]
-        roots = [i for i, o in enumerate(outs) if o.lse_at >= 0]
-        lse = torch.logsumexp(self.model.head(h[roots]), dim=-1)
-        self._lse[[outs[i].lse_at for i in roots]] = lse
-
-    def _groups(self, job: ScoreJob) -> list[list[int]]:
-        """Branches packed into passes of at most n_batch tokens (a longer branch alone)."""
-        groups: list[list[int]] = [[]]
-        used = 0
-        for bi, branch in enumerate(job.branches):
-            cost = len(branch.suffix) + len(label_trie(branch.candidates)) - 1
-            if groups[-1] and used + cost > self._n_batch:
-                groups.append([])
-                used = 0
-            groups[-1].append(bi)
-            used += cost
-        return groups
-
-    def _branch_pass(self, job: ScoreJob, group: list[int], outs: list[_Out]) -> list:
-        """One pass over the token trees of `group`; the hidden state of each of their
-        outputs, in the order of `outs`."""
-        ids, pos, parents, at = [], [], [], {}
-        base = len(job.prefix)
-        for bi in group:
-            branch = job.branches[bi]
-            for k, tok in enumerate(branch.suffix):
-                parents.append(len(ids) - 1 if k else -1)
-                ids.append(tok)
-                pos.append(base + k)
-            at[(bi, ())] = len(ids) - 1
-            for path in sorted(label_trie(branch.candidates), key=len)[1:]:
-                parents.append(at[(bi, path[:-1])])
-                at[(bi, path)] = len(ids)
-                ids.append(path[-1])
-                pos.append(base + len(branch.suffix) + len(path) - 1)
-        h = self.model(torch.tensor(ids, device=self.device), torch.tensor(pos, device=self.device),
-                       tree_visible(parents).to(self.device), self.cache, write=False)
-        return [h[at[(o.branch, o.path)]] for o in outs if o.branch in group]
-
-    def _read(self, jobs: Sequence[ScoreJob], outs: list[_Out]) -> list[list[BranchResult]]:
-        logits = self._logits.cpu().numpy()
-        lse = self._lse.cpu().numpy()
-        results: list[list[list[NodeLogits]]] = [[[] for _ in j.branches] for j in jobs]
-        for o in outs:
-            row = logits[o.at : o.at + len(o.allowed)].copy()
-            results[o.job][o.branch].append(
-                NodeLogits(o.path, o.allowed, row, float(lse[o.lse_at]) if o.lse_at >= 0 else None))
-        return [[tuple(nodes) for nodes in branches] for branches in results]
+    def _run(self, layout: Plan) -> None:
+        """Every pass, then the head at the outputs. Host arrays go up in one copy."""
+        graphs = self._graphs
+        arrays = []  # per pass: meta (padded to its graph's size), rows
+        for p in layout.passes:
+            size = graphs.bucket(p.tokens) if graphs is not None and not p.cache else None
+            arrays += [pad(p.meta, size) if size else p.meta, np.asarray(p.rows, np.int32)]
+        outs = layout.outputs
+        label_rows = sorted({t for o in outs for t in o.allowed})
+        col = {t: i for i, t in enumerate(label_rows)}
+        # flat index into the [outputs, label rows] logits of each value the buffer holds
+        src = [a * len(label_rows) + col[t] for a, o in enumerate(outs) for t in o.allowed]
+        roots = [a for a, o in enumerate(outs) if o.lse_at >= 0]
+        arrays += [np.asarray(x, np.int32) for x in (label_rows, src, roots)]
+        dev = self._staging.upload(arrays)
+        hidden = torch.empty(len(outs), self.model.cfg.hidden, dtype=self.dtype,
+                             device=self.device)
+        at = 0
+        for i, p in enumerate(layout.passes):
+            meta, rows = dev[2 * i], dev[2 * i + 1]
+            if p.cache == "write" and p.meta[POS, 0] == 0:
+                self.cache.clear()
+            if p.cache:
+                h = self.model(meta, self.cache, write=p.cache == "write")
+                if p.cache == "write":
+                    self.cache.advance(p.tokens)
+            elif graphs is not None and meta.shape[1] in graphs.sizes:
+                h = graphs.run(meta)
+            else:
+                h = self.model(meta)
+            if len(p.rows):
+                torch.index_select(h, 0, rows.long(), out=hidden[at:at + len(p.rows)])
+                at += len(p.rows)
+        label_rows, src, roots = (x.long() for x in dev[-3:])
+        h = hidden.float()
+        n = len(src)
+        self._logits[:n] = self.model.head(h, label_rows).view(-1)[src]
+        self._lse[:len(roots)] = torch.logsumexp(self.model.head(h[roots]), dim=-1)
 
 
-def _layout(jobs: Sequence[ScoreJob]) -> tuple[list[_Out], int, int]:
-    """Every trie node of every branch, root first per branch, with its buffer offsets."""
-    outs: list[_Out] = []
-    n_logits = n_lse = 0
-    for ji, job in enumerate(jobs):
-        for bi, branch in enumerate(job.branches):
-            trie = label_trie(branch.candidates)
-            for path in sorted(trie, key=len):
-                outs.append(_Out(ji, bi, path, trie[path], n_logits, n_lse if not path else -1))
-                n_logits += len(trie[path])
-                n_lse += not path
-    return outs, n_logits, n_lse
+class _Staging:
+    """One pinned host buffer and one device buffer for a call's int32 arrays: a single
+    host-to-device copy per score call. Reused across calls: each call ends reading its
+    results back, so no copy is in flight when the next one writes the host side."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.host = torch.empty(0, dtype=torch.int32)
+        self.dev = torch.empty(0, dtype=torch.int32, device=device)
+
+    def upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
+        n = sum(a.size for a in arrays)
+        if self.host.numel() < n:
+            size = max(n, 2 * self.host.numel())
+            self.host = torch.empty(size, dtype=torch.int32,
+                                    pin_memory=self.device.type == "cuda")
+            self.dev = torch.empty(size, dtype=torch.int32, device=self.device)
+        np.concatenate([a.ravel() for a in arrays], out=self.host.numpy()[:n])
+        self.dev[:n].copy_(self.host[:n], non_blocking=True)
+        views, at = [], 0
+        for a in arrays:
+            views.append(self.dev[at:at + a.size].view(a.shape))
+            at += a.size
+        return views
+
+
+def _results(jobs: Sequence[ScoreJob], layout: Plan, logits: np.ndarray,
+             lse: np.ndarray) -> list[list[BranchResult]]:
+    results: list[list[list[NodeLogits]]] = [[[] for _ in j.branches] for j in jobs]
+    for o in layout.outputs:
+        row = logits[o.at : o.at + len(o.allowed)].copy()
+        results[o.job][o.branch].append(
+            NodeLogits(o.path, o.allowed, row, float(lse[o.lse_at]) if o.lse_at >= 0 else None))
+    return [[tuple(nodes) for nodes in branches] for branches in results]
 
 
 def _summary(gg: GGUFModel) -> str:

@@ -62,18 +62,20 @@ def dequantize(w: QWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return out.view(n, k).to(dtype)
 
 
-def qmatmul(x: torch.Tensor, w: QWeight) -> torch.Tensor:
-    """x [M, K] @ dequant(w).T -> [M, N]. On CUDA the Triton kernel reads the packed words;
-    elsewhere this reference dequantizes at most CHUNK_ROWS rows at a time."""
+def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] @ dequant(w).T -> [M, N], into `out` when given (a column slice of a wider
+    buffer will do). On CUDA the Triton kernel reads the packed words; elsewhere this
+    reference dequantizes at most CHUNK_ROWS rows at a time."""
     if x.is_cuda:
         from .qmatmul_triton import qmatmul_triton  # Triton only where it compiles
 
-        return qmatmul_triton(x, w)
+        return qmatmul_triton(x, w, out)
     n = w.shape[0]
-    if n <= CHUNK_ROWS:
-        return x @ dequantize(w, x.dtype).T
-    return torch.cat([x @ dequantize(w.rows(slice(i, i + CHUNK_ROWS)), x.dtype).T
-                      for i in range(0, n, CHUNK_ROWS)], dim=-1)
+    if out is None:
+        out = torch.empty(len(x), n, dtype=x.dtype)
+    for i in range(0, n, CHUNK_ROWS):
+        out[:, i:i + CHUNK_ROWS] = x @ dequantize(w.rows(slice(i, i + CHUNK_ROWS)), x.dtype).T
+    return out
 
 
 def embed(w: QWeight, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -36,49 +36,58 @@ def _qmatmul_kernel(
     for k0 in range(0, K, BLOCK_K):  # the launcher picks BLOCK_K dividing K
         k = k0 + rk  # [BK]
         x = tl.load(x_ptr + rm[:, None] * stride_xm + k[None, :], mask=m_ok[:, None], other=0.0)
-        if BITS == 4:  # byte k // 2 holds column k: even in the low nibble, odd in the high
-            byte = tl.load(codes_ptr + rn_safe[None, :] * stride_cn + (k // 2)[:, None])
-            q = ((byte >> ((k % 2) * 4)[:, None]) & 15).to(tl.float32)  # [BK, BN]
+        # W tiles are [BN, BK], K contiguous in memory as stored
+        if BITS == 4:  # byte j holds columns 2j (low nibble) and 2j + 1 (high)
+            kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+            byte = tl.load(codes_ptr + rn_safe[:, None] * stride_cn + kb[None, :])
+            q = tl.interleave(byte & 15, byte >> 4).to(tl.float32)  # [BN, BK]
         else:
-            q = tl.load(codes_ptr + rn_safe[None, :] * stride_cn + k[:, None]).to(tl.float32)
-        # one scale (and offset) per group and column, broadcast in registers
+            q = tl.load(codes_ptr + rn_safe[:, None] * stride_cn + k[None, :]).to(tl.float32)
+        # one scale (and offset) per column and group, broadcast in registers
         if GROUP >= BLOCK_K:  # the tile lies in one group
             g = rn_safe * stride_sn + k0 // GROUP  # [BN]
-            w = q * tl.load(scale_ptr + g)[None, :]
+            w = q * tl.load(scale_ptr + g)[:, None]
             if HAS_OFFSET:
-                w += tl.load(offset_ptr + g)[None, :]
+                w += tl.load(offset_ptr + g)[:, None]
         else:  # the tile holds BK // GROUP whole groups
             gk = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
-            g = rn_safe[None, :] * stride_sn + gk[:, None]  # [BK / G, BN]
-            w = tl.reshape(q, (BLOCK_K // GROUP, GROUP, BLOCK_N))
-            w = w * tl.load(scale_ptr + g)[:, None, :]
+            g = rn_safe[:, None] * stride_sn + gk[None, :]  # [BN, BK / G]
+            w = tl.reshape(q, (BLOCK_N, BLOCK_K // GROUP, GROUP))
+            w = w * tl.load(scale_ptr + g)[:, :, None]
             if HAS_OFFSET:
-                w += tl.load(offset_ptr + g)[:, None, :]
-            w = tl.reshape(w, (BLOCK_K, BLOCK_N))
+                w += tl.load(offset_ptr + g)[:, :, None]
+            w = tl.reshape(w, (BLOCK_N, BLOCK_K))
+        w = tl.trans(w.to(x.dtype))  # [BK, BN]
         if IEEE:  # fp32 operands: no TF32 rounding on the GPU
-            acc = tl.dot(x, w.to(x.dtype), acc, input_precision="ieee")
+            acc = tl.dot(x, w, acc, input_precision="ieee")
         else:
-            acc = tl.dot(x, w.to(x.dtype), acc)
+            acc = tl.dot(x, w, acc)
     y = acc.to(y_ptr.dtype.element_ty)
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y, mask=m_ok[:, None] & n_ok[None, :])
 
 
-def _blocks(m: int, k: int, group: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, warps) for M rows. BLOCK_K divides K (no K masking) and
-    holds whole groups or lies in one."""
+Blocks = tuple[int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages
+
+
+def _blocks(m: int, k: int, group: int) -> Blocks:
+    """Tiles for M rows. BLOCK_K divides K (no K masking) and holds whole groups or lies
+    in one."""
     fits = [b for b in (128, 64, 32, 16) if k % b == 0 and (b % group == 0 or group % b == 0)]
     if not fits:
         raise ValueError(f"no K tile fits K={k} in groups of {group}")
     small = [b for b in fits if b <= 64] or fits
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
-        return 16, 64, fits[0], 4
+        return 16, 64, fits[0], 4, 3
     if m <= 64:
-        return 64, 64, small[0], 4
-    return 128, 128, small[0], 8  # prefill: compute bound
+        return 64, 64, small[0], 4, 3
+    return 128, 128, small[0], 8, 3  # prefill: compute bound
 
 
-def qmatmul_triton(x: torch.Tensor, w: QWeight) -> torch.Tensor:
-    """x [M, K] (fp16, bf16 or fp32; unit stride along K) @ dequant(w).T -> [M, N] in x.dtype."""
+def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
+                   blocks: Blocks | None = None) -> torch.Tensor:
+    """x [M, K] (fp16, bf16 or fp32; unit stride along K) @ dequant(w).T -> [M, N] in
+    x.dtype, into `out` when given (any row stride: a column slice of a wider buffer).
+    blocks: tiles to use instead of the built-in choice (for tuning)."""
     n, k = w.shape
     if x.dim() != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [M, {k}], got {tuple(x.shape)}")
@@ -91,15 +100,19 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight) -> torch.Tensor:
     codes, scale = w.codes.contiguous(), w.scale.contiguous()
     offset = w.offset.contiguous() if w.offset is not None else scale  # unread without offset
     m = x.shape[0]
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    elif out.shape != (m, n) or out.dtype != x.dtype or out.stride(1) != 1:
+        raise ValueError(f"out must be [{m}, {n}] {x.dtype} with unit column stride")
     if m == 0 or n == 0:
-        return y
-    bm, bn, bk, warps = _blocks(m, k, w.group)
+        return out
+    bm, bn, bk, warps, stages = blocks or _blocks(m, k, w.group)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     _qmatmul_kernel[grid](
-        x, codes, scale, offset, y, m, n, k,
-        x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
+        x, codes, scale, offset, out, m, n, k,
+        x.stride(0), codes.stride(0), scale.stride(0), out.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
         IEEE=x.dtype == torch.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps,
+        num_stages=stages,
     )
-    return y
+    return out

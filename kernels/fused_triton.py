@@ -1,0 +1,145 @@
+"""Triton kernels of the contracts in fused.py: one program per token row, fp32 inside."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm(x, w, mask, n, eps):
+    x = tl.where(mask, x, 0.0)
+    return x * tl.rsqrt(tl.sum(x * x, 0) / n + eps) * w
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, N, stride_x, stride_o, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    mask = c < N
+    x = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + c, mask=mask, other=0.0)
+    tl.store(o_ptr + row * stride_o + c, _norm(x, w, mask, N, eps).to(o_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, xo_ptr, h_ptr, N, stride_x, stride_y,
+                         eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    mask = c < N
+    y = tl.load(y_ptr + row * stride_y + c, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0).to(tl.float32)
+    wy = tl.load(wy_ptr + c, mask=mask, other=0.0)
+    wn = tl.load(wn_ptr + c, mask=mask, other=0.0)
+    # the residual stream is rounded to its dtype before the next norm reads it, as in torch
+    x = (x + _norm(y, wy, mask, N, eps).to(xo_ptr.dtype.element_ty).to(tl.float32))
+    x = x.to(xo_ptr.dtype.element_ty)
+    tl.store(xo_ptr + row * N + c, x, mask=mask)
+    h = _norm(x.to(tl.float32), wn, mask, N, eps)
+    tl.store(h_ptr + row * N + c, h.to(h_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, NQ, H,
+                         stride_t, stride_h, eps, HALF: tl.constexpr, BLOCK_H: tl.constexpr):
+    t = tl.program_id(0)
+    h = tl.arange(0, BLOCK_H)[:, None]  # [BH, 1]
+    c = tl.arange(0, HALF)[None, :]  # [1, D / 2]
+    mask = (h < H) & (c < HALF)
+    base = x_ptr + t * stride_t + h * stride_h
+    x1 = tl.load(base + c, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(base + HALF + c, mask=mask, other=0.0).to(tl.float32)
+    is_q = h < NQ
+    w1 = tl.where(is_q, tl.load(wq_ptr + c), tl.load(wk_ptr + c))
+    w2 = tl.where(is_q, tl.load(wq_ptr + HALF + c), tl.load(wk_ptr + HALF + c))
+    r = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1))[:, None] / (2 * HALF) + eps)
+    x1, x2 = x1 * r * w1, x2 * r * w2
+    p = tl.load(pos_ptr + t)
+    cs, sn = tl.load(cos_ptr + p * HALF + c), tl.load(sin_ptr + p * HALF + c)
+    ty = x_ptr.dtype.element_ty
+    tl.store(base + c, (x1 * cs - x2 * sn).to(ty), mask=mask)
+    tl.store(base + HALF + c, (x2 * cs + x1 * sn).to(ty), mask=mask)
+
+
+@triton.jit
+def _gelu_mul_kernel(gu_ptr, o_ptr, F, stride_gu, BLOCK: tl.constexpr):
+    row, blk = tl.program_id(0), tl.program_id(1)
+    c = blk * BLOCK + tl.arange(0, BLOCK)
+    mask = c < F
+    g = tl.load(gu_ptr + row * stride_gu + c, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(gu_ptr + row * stride_gu + F + c, mask=mask, other=0.0).to(tl.float32)
+    # gelu, tanh form: tanh(z) = 2 sigmoid(2z) - 1
+    z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+    gelu = g * tl.sigmoid(2.0 * z)
+    tl.store(o_ptr + row * F + c, (gelu * u).to(o_ptr.dtype.element_ty), mask=mask)
+
+
+def _rows(x: torch.Tensor, n: int, name: str) -> None:
+    if x.dim() != 2 or x.shape[1] != n or x.stride(1) != 1:
+        raise ValueError(f"{name} must be [T, {n}] with unit column stride, got "
+                         f"{tuple(x.shape)} strides {x.stride()}")
+
+
+def _weight(w: torch.Tensor, n: int, name: str) -> None:
+    if w.shape != (n,) or w.dtype != torch.float32 or not w.is_contiguous():
+        raise ValueError(f"{name} must be contiguous fp32 [{n}]")
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    n = w.shape[0]
+    _rows(x, n, "x")
+    _weight(w, n, "w")
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if len(x):
+        _rms_norm_kernel[(len(x),)](x, w, out, n, x.stride(0), out.stride(0), eps,
+                                    BLOCK=triton.next_power_of_2(n))
+    return out
+
+
+def add_rms_norm(x, y, w_y, w_next, eps):
+    n = w_y.shape[0]
+    _rows(x, n, "x")
+    _rows(y, n, "y")
+    _weight(w_y, n, "w_y")
+    _weight(w_next, n, "w_next")
+    if y.shape != x.shape:
+        raise ValueError(f"x and y differ: {tuple(x.shape)} vs {tuple(y.shape)}")
+    x_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    h = torch.empty_like(x_out)
+    if len(x):
+        _add_rms_norm_kernel[(len(x),)](x, y, w_y, w_next, x_out, h, n, x.stride(0),
+                                        y.stride(0), eps, BLOCK=triton.next_power_of_2(n))
+    return x_out, h
+
+
+def qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps):
+    t, heads, d = x.shape
+    if x.stride(2) != 1 or d % 2 or d & (d - 1):
+        raise ValueError(f"x must be [T, H, D] with unit stride along a power-of-two D, got "
+                         f"{tuple(x.shape)} strides {x.stride()}")
+    _weight(w_q, d, "w_q")
+    _weight(w_k, d, "w_k")
+    if cos.shape != sin.shape or cos.shape[1:] != (d // 2,) or cos.dtype != torch.float32 \
+            or not (cos.is_contiguous() and sin.is_contiguous()):
+        raise ValueError(f"cos and sin must be contiguous fp32 [n, {d // 2}]")
+    if pos.shape != (t,) or pos.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"pos must be integer [{t}]")
+    if t:
+        _qk_norm_rope_kernel[(t,)](x, w_q, w_k, pos, cos, sin, n_q, heads, x.stride(0),
+                                   x.stride(1), eps, HALF=d // 2,
+                                   BLOCK_H=max(2, triton.next_power_of_2(heads)))
+
+
+def gelu_mul(gu: torch.Tensor) -> torch.Tensor:
+    if gu.dim() != 2 or gu.shape[1] % 2 or gu.stride(1) != 1:
+        raise ValueError(f"gu must be [T, 2F] with unit column stride, got {tuple(gu.shape)}")
+    f = gu.shape[1] // 2
+    out = torch.empty(len(gu), f, dtype=gu.dtype, device=gu.device)
+    if len(gu):
+        block = min(1024, triton.next_power_of_2(f))
+        _gelu_mul_kernel[(len(gu), triton.cdiv(f, block))](gu, out, f, gu.stride(0),
+                                                          BLOCK=block)
+    return out
