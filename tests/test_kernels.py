@@ -12,7 +12,10 @@ from decider.engines.random_gguf import T, random_blocks
 from decider.engines.gemma3 import qweight
 from decider.engines.gguf_weights import pack
 from decider.kernels import qmatmul as qm
-from decider.kernels.attention import attention, position_mask, tree_visible, varlen_visible
+from trees import ancestors, draw, random_forest
+
+from decider.kernels import fused
+from decider.kernels.attention import attend, pass_mask, tree_bounds
 
 TYPES = [T.Q4_0, T.Q4_1, T.Q4_K, T.Q5_0, T.Q6_K, T.Q8_0]
 
@@ -58,31 +61,83 @@ def naive_attention(q, k, v, allowed, scale):
     return out.float()
 
 
-def test_varlen_causal_sliding_gqa_attention_matches_a_naive_loop():
-    lengths, window, scale = [5, 13, 9], 4, 0.3
-    seq = torch.repeat_interleave(torch.arange(3), torch.tensor(lengths))
-    pos = torch.cat([torch.arange(n) for n in lengths])
-    q, k, v = torch.randn(27, 4, 16), torch.randn(27, 2, 16), torch.randn(27, 2, 16)
-    for w in (None, window):
-        mask = position_mask(pos, pos, varlen_visible(seq), w)
-        got = attention(q, k, v, mask, scale)
-        want = naive_attention(q, k, v, lambda i, j: bool(
-            seq[i] == seq[j] and pos[j] <= pos[i] and (w is None or pos[i] - pos[j] < w)), scale)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # fp32 vs float64
+@pytest.mark.parametrize("window", [None, 1, 4])
+@pytest.mark.parametrize("branchy", [False, True])
+def test_pass_bounds_say_ancestors_inside_the_window(branchy, window):
+    parents, pos = random_forest([draw(1, 12) for _ in range(4)], branchy)
+    lo, end = tree_bounds(parents, pos, window)
+    got = pass_mask(torch.from_numpy(lo), torch.from_numpy(end))
+    for i in range(len(parents)):
+        want = {j for j in ancestors(parents, i) if window is None or pos[i] - pos[j] < window}
+        assert set(torch.nonzero(got[i]).flatten().tolist()) == want
 
 
-def test_attention_matches_sdpa_per_sequence():
+def test_tree_attention_with_a_cached_prefix_matches_a_naive_loop():
+    """GQA, sliding window: a forest of token trees after a cached prefix held in ring
+    order (slots rotated, two empty)."""
+    window, scale, n_cached = 5, 0.3, 9
+    parents, pos = random_forest([7, 13, 1], branchy=True)
+    pos = [p + n_cached for p in pos]
+    lo, end = (torch.from_numpy(a) for a in tree_bounds(parents, pos, window))
+    t = len(parents)
+    cpos = torch.cat([torch.arange(n_cached).roll(3), torch.tensor([-1, -1])]).int()
+    q = torch.randn(t, 4, 16)
+    k, v, ck, cv = torch.randn(t, 2, 16), torch.randn(t, 2, 16), torch.randn(11, 2, 16), \
+        torch.randn(11, 2, 16)
+    got = attend(q, k, v, lo, end, scale, cache=(ck, cv, cpos), q_pos=torch.tensor(pos),
+                 window=window)
+    keys, values = torch.cat([ck, k]), torch.cat([cv, v])
+
+    def allowed(i: int, j: int) -> bool:
+        if j < 11:  # a cache slot
+            return bool(cpos[j] >= 0 and pos[i] - cpos[j] < window)
+        j -= 11
+        return j in ancestors(parents, i) and pos[i] - pos[j] < window
+
+    torch.testing.assert_close(got, naive_attention(q, keys, values, allowed, scale),
+                               rtol=1e-5, atol=1e-5)  # fp32 vs float64
+
+
+def test_attention_matches_sdpa_on_one_long_sequence():
     q, k, v = torch.randn(300, 4, 32), torch.randn(300, 1, 32), torch.randn(300, 1, 32)
-    pos = torch.arange(300)  # > BLOCK_Q: two query blocks
-    got = attention(q, k, v, position_mask(pos, pos, varlen_visible(pos * 0), None), 0.2)
+    lo, end = (torch.from_numpy(a) for a in tree_bounds([-1, *range(299)], list(range(300)),
+                                                         None))
+    got = attend(q, k, v, lo, end, 0.2)  # > BLOCK_Q: two query blocks
     want = F.scaled_dot_product_attention(q.transpose(0, 1), k.expand(-1, 4, -1).transpose(0, 1),
                                           v.expand(-1, 4, -1).transpose(0, 1), is_causal=True,
                                           scale=0.2).transpose(0, 1)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_tree_visibility_is_self_and_ancestors():
-    # 0 <- 1 <- 2, 1 <- 3 <- 4, and a second root 5
-    vis = tree_visible([-1, 0, 1, 1, 3, -1])
-    rows = [set(torch.nonzero(r).flatten().tolist()) for r in vis]
-    assert rows == [{0}, {0, 1}, {0, 1, 2}, {0, 1, 3}, {0, 1, 3, 4}, {5}]
+def test_fused_steps_match_their_plain_definitions():
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm, apply_rotary_pos_emb
+
+    x, y = torch.randn(6, 40), torch.randn(6, 40)
+    w1, w2 = torch.randn(40), torch.randn(40)
+
+    def hf_norm(v, w):  # transformers' Gemma RMSNorm holds w and multiplies by 1 + w
+        norm = Gemma3RMSNorm(40, eps=1e-6)
+        norm.weight.data = w - 1
+        return norm(v)
+
+    torch.testing.assert_close(fused.rms_norm(x, w1, 1e-6), hf_norm(x, w1))
+    xs, h = fused.add_rms_norm(x, y, w1, w2, 1e-6)
+    torch.testing.assert_close(xs, x + hf_norm(y, w1))
+    torch.testing.assert_close(h, hf_norm(x + hf_norm(y, w1), w2))
+    gu = torch.randn(5, 2 * 24)
+    torch.testing.assert_close(fused.gelu_mul(gu), F.gelu(gu[:, :24], approximate="tanh")
+                               * gu[:, 24:])
+
+    heads = torch.randn(7, 3 + 1 + 1, 16)  # q heads, k head, v head (left alone)
+    wq, wk = torch.randn(16), torch.randn(16)
+    pos = torch.tensor([0, 5, 6, 6, 7, 30, 2])
+    cos, sin = fused.rope_tables(32, 16, 10_000.0, 2.0)
+    want_v = heads[:, 4].clone()
+    q, k = hf_norm(heads[:, :3], wq), hf_norm(heads[:, 3:4], wk)
+    inv = 1.0 / (10_000.0 ** (torch.arange(0, 16, 2).float() / 16)) / 2.0
+    ang = torch.cat([pos[:, None] * inv, pos[:, None] * inv], -1)
+    q, k = apply_rotary_pos_emb(q, k, ang.cos(), ang.sin())  # [T, H, D], cos [T, D]
+    fused.qk_norm_rope_(heads[:, :4], 3, wq, wk, pos, cos, sin, 1e-6)
+    torch.testing.assert_close(heads[:, :3], q)
+    torch.testing.assert_close(heads[:, 3:4], k)
+    assert torch.equal(heads[:, 4], want_v)

@@ -22,8 +22,11 @@ if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
 os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
+from trees import draw, forest_inputs  # noqa: E402
+
+from decider.kernels import fused, fused_triton  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
-from decider.kernels.attention import attention, position_mask, tree_visible  # noqa: E402
+from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
 from decider.kernels.qmatmul_triton import qmatmul_triton  # noqa: E402
 
@@ -40,10 +43,6 @@ def random_qweight(n: int, k: int, bits: int, group: int) -> qm.QWeight:
         return qm.QWeight(codes, scale, -8 * scale + torch.randn_like(scale) * 0.01, group, 4)
     codes = torch.randint(-128, 128, (n, k), dtype=torch.int8)
     return qm.QWeight(codes, scale, None, group, 8)
-
-
-def draw(lo: int, hi: int) -> int:
-    return int(torch.randint(lo, hi + 1, ()))
 
 
 # (bits, group, M range, N range, groups along K): M=1 and small M take the 16-row tile,
@@ -84,79 +83,64 @@ def test_qmatmul_refuses_a_wrong_shape_and_empty_m_is_empty():
     assert qmatmul_triton(torch.randn(0, 64), w).shape == (0, 8)
 
 
-def packed_batch(q_lens: list[int], cached: list[int], hq: int, hkv: int, d: int):
-    """Sequences of new tokens q_lens[b], each after a cached prefix of cached[b] keys held
-    in ring order (slots rotated); keys of sequence b: its prefix, then its new tokens."""
-    q_pos, k_pos, seq_q, seq_k = [], [], [], []
-    for b, (n, c) in enumerate(zip(q_lens, cached)):
-        shift = draw(0, max(c - 1, 0))
-        q_pos.append(torch.arange(c, c + n))
-        k_pos.append(torch.cat([torch.arange(c).roll(shift), torch.arange(c, c + n)]))
-        seq_q.append(torch.full((n,), b))
-        seq_k.append(torch.full((c + n,), b))
-    q_pos, k_pos, seq_q, seq_k = (torch.cat(x) for x in (q_pos, k_pos, seq_q, seq_k))
-    cu = [torch.tensor([0, *torch.tensor(x).cumsum(0).tolist()], dtype=torch.int32)
-          for x in (q_lens, [n + c for n, c in zip(q_lens, cached)])]
-    t, s = len(q_pos), len(k_pos)
-    q, k, v = torch.randn(t, hq, d), torch.randn(s, hkv, d), torch.randn(s, hkv, d)
-    return q, k, v, cu, q_pos, k_pos, seq_q[:, None] == seq_k[None, :]
-
-
-# (query lengths, cached prefix lengths, Hq, Hkv, D, window): windows below and above
-# the sequence lengths; 70-token sequences span two 64-query blocks and several key blocks.
+# (tree sizes, branchy, Hq, Hkv, D, window, cached positions): windows below and above the
+# sequence lengths; 70-token trees span two 64-query blocks and several key blocks.
 ATTENTION_CASES = {
-    "causal-gqa4-d256": ([5, 70, 33], [0, 0, 0], 4, 1, 256, None),
-    "window16-gqa4-d256": ([5, 70, 33], [0, 0, 0], 4, 1, 256, 16),
-    "window1000-gqa1-d64": ([40, 1, 70], [0, 0, 0], 2, 2, 64, 1000),
-    "window7-gqa1-d64": ([70, 9], [0, 0], 2, 2, 64, 7),
-    "cached-prefix-gqa4-d256": ([3, 50], [40, 90], 4, 1, 256, None),
-    "cached-ring-window32-gqa2-d72": ([20, 6], [32, 32], 4, 2, 72, 32),
+    "chains-gqa4-d256": ([5, 70, 33], False, 4, 1, 256, None, 0),
+    "chains-window16-gqa4-d256": ([5, 70, 33], False, 4, 1, 256, 16, 0),
+    "trees-window1000-gqa1-d64": ([40, 1, 70], True, 2, 2, 64, 1000, 0),
+    "trees-window7-gqa1-d64": ([70, 9], True, 2, 2, 64, 7, 0),
+    "cached-prefix-trees-gqa4-d256": ([3, 50], True, 4, 1, 256, None, 40),
+    "cached-ring-window32-gqa2-d72": ([20, 6], True, 4, 2, 72, 32, 32),
+    "block-edges-window2-d64": ([65, 33, 64], False, 2, 1, 64, 2, 0),
 }
 
 
 @pytest.mark.parametrize("case", ATTENTION_CASES)
 def test_attention_matches_the_reference(case):
-    q_lens, cached, hq, hkv, d, window = ATTENTION_CASES[case]
-    q_lens = [n + draw(0, 3) for n in q_lens]
-    q, k, v, (cu_q, cu_k), q_pos, k_pos, same = packed_batch(q_lens, cached, hq, hkv, d)
-    scale = d ** -0.5
-    mask = position_mask(q_pos, k_pos, same, window)
-    got = attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, scale, window)
-    close(got, attention(q, k, v, mask, scale))
+    sizes, branchy, hq, hkv, d, window, cached = ATTENTION_CASES[case]
+    sizes = [n + draw(0, 3) for n in sizes]
+    args, kwargs = forest_inputs(sizes, branchy, hq, hkv, d, window, cached)
+    close(attention_triton(*args, d ** -0.5, **kwargs), attend(*args, d ** -0.5, **kwargs))
 
 
-@pytest.mark.parametrize("window", [None, 6])
-def test_attention_token_trees_after_a_cached_prefix(window):
-    """Branch passes: each sequence's new tokens form a random forest (a token sees its
-    ancestors, at depth positions after the prefix) behind a cached prefix."""
-    q_lens, cached = [9, 70, 1], [5, 40, 3]
-    q, k, v, (cu_q, cu_k), q_pos, k_pos, same = packed_batch(q_lens, cached, 4, 1, 64)
-    t, s = same.shape
-    tree, vis = torch.zeros(t, t, dtype=torch.bool), same.clone()
-    for b, (n, c) in enumerate(zip(q_lens, cached)):
-        parents = [-1] + [draw(-1, i - 1) for i in range(1, n)]
-        depth = [0] * n
-        for i, p in enumerate(parents):
-            depth[i] = depth[p] + 1 if p >= 0 else 0
-        qs, ks = int(cu_q[b]), int(cu_k[b]) + c
-        q_pos[qs:qs + n] = k_pos[ks:ks + n] = c + torch.tensor(depth)
-        tree[qs:qs + n, qs:qs + n] = vis[qs:qs + n, ks:ks + n] = tree_visible(parents)
-    got = attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, 0.125, window, tree)
-    close(got, attention(q, k, v, position_mask(q_pos, k_pos, vis, window), 0.125))
+def test_attention_reads_q_k_v_as_views_of_one_fused_output():
+    args, kwargs = forest_inputs([30, 9], True, 4, 1, 64, 8)
+    q, k, v, lo, end = args
+    heads = torch.cat([q, k, v], 1)  # [T, 6, D]: q, k and v side by side, as QKV gives them
+    got = attention_triton(heads[:, :4], heads[:, 4:5], heads[:, 5:], lo, end, 0.125, **kwargs)
+    close(got, attend(q, k, v, lo, end, 0.125, **kwargs))
 
 
 def test_attention_refuses_heads_that_do_not_group():
-    q, k, v, (cu_q, cu_k), q_pos, k_pos, _ = packed_batch([4], [0], 3, 2, 64)
+    (q, k, v, lo, end), _ = forest_inputs([4], False, 3, 2, 64, None)
     with pytest.raises(ValueError, match="multiple"):
-        attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, 0.1)
+        attention_triton(q, k, v, lo, end, 0.1)
 
 
-@pytest.mark.parametrize("window", [None, 2])
-@pytest.mark.parametrize("d", [64, 256])
-def test_attention_block_edges(d, window):
-    """Block skipping at its boundaries (64- and 32-key blocks): a last query whose own key
-    opens a key block, and (window 2) a key block whose last key is the oldest one the
-    first query of the next query block still sees."""
-    q, k, v, (cu_q, cu_k), q_pos, k_pos, same = packed_batch([65, 33, 64], [0, 0, 0], 2, 1, d)
-    got = attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, 0.125, window)
-    close(got, attention(q, k, v, position_mask(q_pos, k_pos, same, window), 0.125))
+def test_fused_kernels_match_the_references():
+    x, y = torch.randn(9, 40), torch.randn(9, 40)
+    w1, w2 = torch.randn(40), torch.randn(40)
+    close(fused_triton.rms_norm(x, w1, 1e-6), fused.rms_norm(x, w1, 1e-6))
+    for got, want in zip(fused_triton.add_rms_norm(x, y, w1, w2, 1e-6),
+                         fused.add_rms_norm(x, y, w1, w2, 1e-6)):
+        close(got, want)
+    gu = torch.randn(5, 2 * 1500)  # two column blocks
+    close(fused_triton.gelu_mul(gu), fused.gelu_mul(gu))
+    heads = torch.randn(7, 4 + 1 + 1, 32)
+    want = heads.clone()
+    wq, wk = torch.randn(32), torch.randn(32)
+    pos = torch.tensor([0, 5, 6, 6, 7, 30, 2])
+    cos, sin = fused.rope_tables(40, 32, 10_000.0)
+    fused.qk_norm_rope_(want[:, :5], 4, wq, wk, pos, cos, sin, 1e-6)
+    fused_triton.qk_norm_rope_(heads[:, :5], 4, wq, wk, pos, cos, sin, 1e-6)
+    close(heads, want)
+
+
+def test_qmatmul_writes_into_a_column_slice():
+    w = random_qweight(40, 64, 8, 32)
+    x = torch.randn(5, 64)
+    out = torch.full((5, 100), 7.0)
+    qmatmul_triton(x, w, out[:, 30:70])
+    close(out[:, 30:70], qm.qmatmul(x, w))
+    assert (out[:, :30] == 7).all() and (out[:, 70:] == 7).all()
