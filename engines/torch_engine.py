@@ -26,6 +26,7 @@ from decider.kernels.attention import tree_visible
 
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, check_windows,
                    label_trie)
+from .checkpoints import has_tokenizer, read_model
 from .faults import begin_pass
 from .gemma3 import Gemma3
 from .gguf_weights import GGUFModel
@@ -65,7 +66,7 @@ class TorchEngine:
             raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {name!r}")
         self.dtype = getattr(torch, name)
         try:
-            gg = GGUFModel.read(path)
+            gg = read_model(path)  # a .gguf file or a checkpoint directory
             self.model = Gemma3(gg, self.dtype).to(self.device).eval()
         except ValueError as e:  # a model this engine cannot run: say which and why
             raise ConfigError(f"engine {self.name!r} cannot load {path}: {e}",
@@ -77,7 +78,7 @@ class TorchEngine:
                               f"context), got {n_ctx}", n_ctx=n_ctx, n_ctx_train=cfg.n_ctx_train)
         self._n_batch = n_batch
         self._lock = threading.Lock()
-        self._vocab = Vocab(path, "tokenizer.ggml.model" in gg.meta)  # the llama engine's ids
+        self._vocab = Vocab(path, has_tokenizer(gg))  # the llama engine's ids
         self.cache = KVCache([cfg.sliding(i) for i in range(cfg.layers)], n_ctx, cfg.window,
                              cfg.kv_heads, cfg.head_dim, self.dtype, self.device)
         self._logits = torch.empty(0, device=self.device)  # label rows of one score call
