@@ -22,6 +22,7 @@ from transformers.initialization import no_init_weights
 from decider.errors import ConfigError, EngineFailure
 
 from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows, label_trie
+from .checkpoints import has_tokenizer, read_model
 from .faults import begin_pass
 from .gemma3 import SLIDING_PATTERN, Gemma3Config
 from .gguf_weights import GGUFModel
@@ -81,8 +82,8 @@ class ReferenceEngine:
         if n_threads:
             torch.set_num_threads(n_threads)
         path = Path(model_path)
-        gg = GGUFModel.read(path, dense=True)  # gguf's own dequantize, not our packing
-        try:
+        try:  # gguf's own dequantize (compressed-tensors' for a checkpoint), not our packing
+            gg = read_model(path, dense=True)
             cfg = Gemma3Config.from_gguf(gg)
         except ValueError as e:
             raise ConfigError(f"engine 'reference' cannot load {path}: {e}",
@@ -100,7 +101,7 @@ class ReferenceEngine:
                                 f"(missing {missing}, unexpected {unexpected})")
         self.model.tie_weights()
         self._lock = threading.Lock()
-        self._vocab = Vocab(path, "tokenizer.ggml.model" in gg.meta)  # the llama engine's ids
+        self._vocab = Vocab(path, has_tokenizer(gg))  # the llama engine's ids
         self.info = EngineInfo(
             model_name=model_name or path.stem, model_path=str(path), n_ctx=n_ctx,
             n_ctx_train=cfg.n_ctx_train, n_vocab=cfg.vocab, bos_id=cfg.bos_id,

@@ -24,6 +24,7 @@ import torch
 from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 
 from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows
+from .checkpoints import has_tokenizer, read_model
 from .cuda_graphs import GraphRunner, pad
 from .faults import begin_pass
 from .gemma3 import Gemma3, Gemma3Config
@@ -55,7 +56,7 @@ class TorchEngine:
             raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {name!r}")
         self.dtype = getattr(torch, name)
         try:
-            gg = GGUFModel.read(path)
+            gg = read_model(path)  # a .gguf file or a checkpoint directory
             cfg = Gemma3Config.from_gguf(gg)
         except ValueError as e:  # a model this engine cannot run: say which and why
             raise ConfigError(f"engine {self.name!r} cannot load {path}: {e}",
@@ -68,7 +69,7 @@ class TorchEngine:
         if self._n_batch < 1:
             raise ConfigError(f"n_batch must be positive, got {self._n_batch}")
         self._lock = threading.Lock()
-        self._vocab = Vocab(path, "tokenizer.ggml.model" in gg.meta)  # the llama engine's ids
+        self._vocab = Vocab(path, has_tokenizer(gg))  # the llama engine's ids
         try:
             self.model = Gemma3(gg, self.dtype, n_ctx).to(self.device).eval()
             self.cache = KVCache([cfg.sliding(i) for i in range(cfg.layers)], n_ctx, cfg.window,

@@ -1,6 +1,9 @@
 """llama.cpp's tokenizer alone (a vocab-only model load), so every engine that reads a
 GGUF produces the ids the llama engine does. llama.cpp is imported only when the file
-holds a tokenizer: the tiny test models hold none, and need no llama.cpp."""
+holds a tokenizer: the tiny test models hold none, and need no llama.cpp.
+
+A Hugging Face checkpoint directory's tokenizer.json is read with the `tokenizers`
+package instead, to the same contract: no BOS added, special tokens in the text parsed."""
 
 from __future__ import annotations
 
@@ -11,10 +14,20 @@ from decider.errors import EngineFailure
 
 class Vocab:
     def __init__(self, path: str | Path, present: bool) -> None:
-        """present: whether the GGUF holds a tokenizer (tokenizer.ggml.model)."""
+        """present: whether the GGUF holds a tokenizer (tokenizer.ggml.model), or the
+        checkpoint directory a tokenizer.json."""
         self.path = path
-        self._model = None
+        self._model = self._hf = None
         if not present:
+            return
+        if Path(path).is_dir():
+            from tokenizers import Tokenizer
+
+            try:
+                self._hf = Tokenizer.from_file(str(Path(path) / "tokenizer.json"))
+            except Exception as e:  # tokenizers raises plain Exceptions
+                raise EngineFailure(f"could not read {path}/tokenizer.json: {e}",
+                                    model_path=path) from e
             return
         from .llama import ll  # initialises llama.cpp and routes its log lines away
 
@@ -27,6 +40,8 @@ class Vocab:
         self._vocab = ll.llama_model_get_vocab(self._model)
 
     def tokenize(self, text: str) -> list[int]:
+        if self._hf is not None:  # added special tokens match as themselves; no BOS
+            return self._hf.encode(text, add_special_tokens=False).ids
         if self._model is None:
             raise EngineFailure(f"{self.path} holds no tokenizer")
         from .llama import tokenize_with
