@@ -169,18 +169,32 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 4, 16, 64),
     return rows
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 20,
                      prompt_tokens: Sequence[int] = (120, 2000), batch: int = 128,
                      batch_tokens: int = 256, n_ctx: int = 4096) -> dict:
     """The same score() work through several engines in one process: one yes/no at each
     prompt length (median ms), and `batch` concurrent decisions of `batch_tokens` tokens
-    in one call (decisions/s). Token ids are random: speed does not depend on them."""
+    in one call (decisions/s). Token ids are random: speed does not depend on them.
+    An engine is named alone or as name:dtype (reference:bfloat16: transformers in bf16,
+    on the GPU when there is one)."""
     from decider.engines import Branch, ScoreJob, load_engine
 
     rng = np.random.default_rng(0)
     table: dict[str, dict[str, float]] = {}
     for name in engines:
-        engine = load_engine(name, model_path, n_ctx)
+        kind, _, dtype = name.partition(":")
+        options = {"dtype": dtype} if dtype else {}
+        if kind == "reference" and dtype and _has_cuda():
+            options["device"] = "cuda"
+        engine = load_engine(kind, model_path, n_ctx, **options)
+        print(f"{name}: {engine.info.weights}; memory at n_ctx {n_ctx}: " + ", ".join(
+            f"{k} {v / 2**20:.1f} MiB" for k, v in engine.info.memory.items()), flush=True)
         if not table:  # the same jobs for every engine, ids inside the vocabulary
             vocab = min(engine.info.n_vocab, 1000)
 

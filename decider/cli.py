@@ -98,7 +98,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--per-client", type=int, default=8,
                        help="with --server: requests each client sends")
     bench.add_argument("--engines", help="compare engines side by side (e.g. "
-                       "triton,reference,llama) on the same score() work")
+                       "triton,llama,reference:bfloat16; name:dtype picks the activation "
+                       "dtype) on the same score() work")
     bench.add_argument("--shape", help="with --engines: random weights of a real shape "
                        "(gemma-3-270m, gemma-3-1b) instead of MODEL's file")
     _add_load_flags(bench)
@@ -335,7 +336,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench, run_engine_bench, run_service_bench
 
     if args.engines:
-        run_engine_bench(_bench_model_path(args), args.engines.split(","), repeat=args.repeat)
+        run_engine_bench(_bench_model_path(args), args.engines.split(","), repeat=args.repeat,
+                         n_ctx=args.n_ctx or 4096)
         return EXIT_OK
     if args.server:
         run_service_bench(args.server, per_client=args.per_client, tokens=args.tokens)

@@ -78,9 +78,14 @@ class ReferenceEngine:
     name = "reference"
 
     def __init__(self, model_path: str | Path, n_ctx: int | None = None, *, model_name: str = "",
-                 n_threads: int | None = None) -> None:
+                 n_threads: int | None = None, device: str = "cpu",
+                 dtype: str = "float32") -> None:
+        """device and dtype: fp32 on the CPU is the oracle; bf16 on CUDA the "plain
+        transformers" row of the GPU benchmarks."""
         if n_threads:
             torch.set_num_threads(n_threads)
+        if dtype not in ("bfloat16", "float16", "float32"):
+            raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {dtype!r}")
         path = Path(model_path)
         try:  # gguf's own dequantize (compressed-tensors' for a checkpoint), not our packing
             gg = read_model(path, dense=True)
@@ -100,13 +105,17 @@ class ReferenceEngine:
             raise EngineFailure(f"{path}: tensors do not match Gemma 3 "
                                 f"(missing {missing}, unexpected {unexpected})")
         self.model.tie_weights()
+        self.model.to(device=device, dtype=getattr(torch, dtype))
+        self._device = torch.device(device)
         self._lock = threading.Lock()
         self._vocab = Vocab(path, has_tokenizer(gg))  # the llama engine's ids
         self.info = EngineInfo(
             model_name=model_name or path.stem, model_path=str(path), n_ctx=n_ctx,
             n_ctx_train=cfg.n_ctx_train, n_vocab=cfg.vocab, bos_id=cfg.bos_id,
-            weights=f"GGUF dequantized to fp32, {sum(w.size for w in gg.tensors.values()) / 1e6:.0f}M params",
-            memory={"weights": sum(p.numel() * 4 for p in self.model.parameters())},
+            weights=f"dequantized to {dtype}, "
+                    f"{sum(w.size for w in gg.tensors.values()) / 1e6:.0f}M params",
+            memory={"weights": sum(p.numel() * p.element_size()
+                                   for p in self.model.parameters())},
         )
 
     def tokenize(self, text: str) -> list[int]:
@@ -126,8 +135,8 @@ class ReferenceEngine:
         trie = label_trie(candidates)
         rows = {}
         for leaf in (p for p in trie if not any(q != p and q[: len(p)] == p for q in trie)):
-            ids = torch.tensor([[*prefix, *suffix, *leaf]])
-            logits = self.model(ids, logits_to_keep=len(leaf) + 1).logits[0]  # [leaf + 1, V]
+            ids = torch.tensor([[*prefix, *suffix, *leaf]], device=self._device)
+            logits = self.model(ids, logits_to_keep=len(leaf) + 1).logits[0].float().cpu()
             for k in range(len(leaf) + 1):
                 rows.setdefault(leaf[:k], logits[k])
         return tuple(

@@ -216,4 +216,5 @@ def _summary(gg: GGUFModel) -> str:
     dense = {"float32": "F32", "float16": "F16"}
     types = sorted({getattr(w, "source", None) or dense[str(w.dtype)] for w in gg.tensors.values()})
     params = sum(int(np.prod(w.shape)) for w in gg.tensors.values())
-    return f"{'/'.join(types)} GGUF (packed), {params / 1e6:.0f}M params"
+    source = "GGUF" if gg.path.suffix == ".gguf" else "checkpoint"
+    return f"{'/'.join(types)} {source} (packed), {params / 1e6:.0f}M params"

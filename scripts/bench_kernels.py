@@ -38,9 +38,14 @@ def load_kernels():
 qm, qmt, att = load_kernels()
 DEV = "cuda"
 HIDDEN, Q, KV, FFN, HEAD_DIM, WINDOW = 640, 4 * 256, 256, 2048, 256, 512
-LINEARS = {"q": (HIDDEN, Q), "k/v": (HIDDEN, KV), "gate/up": (HIDDEN, FFN), "down": (FFN, HIDDEN)}
-QUANTS = {"q4 g32": (4, 32), "q8 g32": (8, 32), "q6k g16": (8, 16)}
-TOKENS = {"128": (1, 128), "128x256": (128, 256)}  # (sequences, tokens each)
+# the engine's matmuls (q, k, v fused; gate, up fused) in the real 270M file's types
+LINEARS = {"qkv": (HIDDEN, Q + 2 * KV, (8, 32)), "o": (Q, HIDDEN, (4, 32)),
+           "gate_up": (HIDDEN, 2 * FFN, (8, 32)), "down": (FFN, HIDDEN, (8, 16))}
+TOKENS = {"128": (1, 128), "2048": (1, 2048), "128x256": (128, 256)}  # (sequences, each)
+# qmatmul tiles tried by the sweep: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages
+TILES = [(16, 64, 128, 4, 3), (32, 64, 64, 4, 3), (64, 64, 64, 4, 3), (64, 128, 64, 4, 3),
+         (128, 64, 64, 4, 3), (128, 128, 64, 8, 3), (128, 128, 32, 8, 4),
+         (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 256, 32, 4, 4)]
 
 
 def ms(fn) -> float:
@@ -57,18 +62,24 @@ def random_qweight(n: int, k: int, bits: int, group: int):
 
 
 def bench_qmatmul(rows: list) -> None:
-    for quant, (bits, group) in QUANTS.items():
-        for name, (k, n) in LINEARS.items():
-            w = random_qweight(n, k, bits, group)
-            dense = qm.dequantize(w, torch.bfloat16)
-            for label, (seqs, each) in TOKENS.items():
-                x = torch.randn(seqs * each, k, device=DEV, dtype=torch.bfloat16)
-                t = ms(lambda: qmt.qmatmul_triton(x, w))
-                deq = ms(lambda: x @ qm.dequantize(w, torch.bfloat16).T)
-                mm = ms(lambda: x @ dense.T)
-                rows.append((f"qmatmul {quant} {name} [{n}x{k}]", label, t,
-                             f"dequant+mm {deq:.4f} ({deq / t:.2f}x)",
-                             f"dense mm {mm:.4f} ({mm / t:.2f}x)"))
+    for name, (k, n, (bits, group)) in LINEARS.items():
+        w = random_qweight(n, k, bits, group)
+        dense = qm.dequantize(w, torch.bfloat16)
+        for label, (seqs, each) in TOKENS.items():
+            x = torch.randn(seqs * each, k, device=DEV, dtype=torch.bfloat16)
+            t = ms(lambda: qmt.qmatmul_triton(x, w))
+            deq = ms(lambda: x @ qm.dequantize(w, torch.bfloat16).T)
+            mm = ms(lambda: x @ dense.T)
+            best, tile = min((ms(lambda b=b: qmt.qmatmul_triton(x, w, blocks=b)), b)
+                             for b in TILES if k % b[2] == 0 and b[2] % group == 0)
+            rows.append((f"qmatmul {bits}-bit g{group} {name} [{n}x{k}]", label, t,
+                         f"dequant+mm {deq:.4f} ({deq / t:.2f}x)",
+                         f"dense mm {mm:.4f} ({mm / t:.2f}x); best tile {tile}: {best:.4f}"))
+    head = random_qweight(262144, HIDDEN, 8, 32)  # the tied head's logsumexp, fp32
+    for m in (1, 128):
+        x = torch.randn(m, HIDDEN, device=DEV)
+        t = ms(lambda: qmt.qmatmul_triton(x, head))
+        rows.append(("qmatmul head fp32 [262144x640]", str(m), t, "", ""))
 
 
 def bench_attention(rows: list) -> None:
@@ -77,15 +88,16 @@ def bench_attention(rows: list) -> None:
         t = seqs * each
         q = torch.randn(t, hq, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
         k, v = (torch.randn(t, hkv, HEAD_DIM, device=DEV, dtype=torch.bfloat16) for _ in "kv")
-        cu = torch.arange(0, t + 1, each, device=DEV, dtype=torch.int32)
-        pos = torch.arange(t, device=DEV) % each
+        i = torch.arange(t, device=DEV, dtype=torch.int32)
+        start = i - i % each  # packed chains of `each` tokens
+        end = start + each
         # SDPA sees [B, H, L, D] with K/V repeated to the query heads (outside the timing)
         qb, kb, vb = (x.view(seqs, each, -1, HEAD_DIM).transpose(1, 2) for x in (q, k, v))
         kb, vb = (x.repeat_interleave(hq // hkv, 1) for x in (kb, vb))
         sdpa = ms(lambda: F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale))
         for window in (None, WINDOW):
-            tri = ms(lambda: att.attention_triton(q, k, v, cu, cu, pos, pos, scale, window,
-                                                  max_seqlen_q=each))
+            lo = start if window is None else torch.maximum(start, i - window + 1)
+            tri = ms(lambda lo=lo: att.attention_triton(q, k, v, lo, end, scale))
             rows.append((f"attention {hq}q/{hkv}kv d{HEAD_DIM} window {window}", label, tri,
                          f"sdpa causal {sdpa:.4f} ({sdpa / tri:.2f}x)", ""))
 

@@ -18,13 +18,14 @@ cd "$pkg"
 } 2>&1 | tee "$out/machine.txt"
 # (the import-time test needs the service's packages, which this machine lacks)
 python3 -m pytest -q -p no:cacheprovider -o addopts="" -k "not imports_torch" -rs \
-  ${TESTS:-tests/gpu tests/test_kernels.py tests/test_torch_engine.py tests/test_gguf_weights.py} \
+  ${TESTS:-tests/gpu tests/test_kernels.py tests/test_passes.py tests/test_torch_engine.py tests/test_gguf_weights.py} \
   2>&1 | tee "$out/tests.txt" | tail -25
 python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
 if [ "${KERNELS:-1}" = 1 ]; then
   python3 scripts/bench_kernels.py 2>&1 | tee "$out/bench_kernels.txt" | tail -25
 fi
 for shape in ${SHAPES:-gemma-3-270m}; do
-  python3 -m decider.cli bench --engines "${ENGINES:-triton,reference}" --shape "$shape" \
-    --repeat "${REPEAT:-10}" 2>&1 | tee "$out/bench_engines_$shape.txt" | tail -8
+  python3 -m decider.cli bench --engines "${ENGINES:-triton,reference:bfloat16}" \
+    --shape "$shape" --n-ctx "${N_CTX:-32768}" --repeat "${REPEAT:-10}" 2>&1 \
+    | tee "$out/bench_engines_$shape.txt" | tail -8
 done

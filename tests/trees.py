@@ -17,7 +17,7 @@ def random_forest(sizes: list[int], branchy: bool) -> tuple[list[int], list[int]
             while order[path[-1]] >= 0:
                 path.append(order[path[-1]])
             order.append(path[draw(0, len(path) - 1)] if branchy else i - 1)
-        for i, p in enumerate(order):
+        for p in order:
             parents.append(base + p if p >= 0 else -1)
             pos.append(pos[base + p] + 1 if p >= 0 else 0)
     return parents, pos

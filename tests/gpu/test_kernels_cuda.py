@@ -22,8 +22,11 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     pytest.skip("TRITON_INTERPRET=1 in this process: the kernels would not compile",
                 allow_module_level=True)
 
+from trees import forest_inputs  # noqa: E402
+
+from decider.kernels import fused  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
-from decider.kernels.attention import attention, position_mask, tree_visible  # noqa: E402
+from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
 from decider.kernels.qmatmul_triton import qmatmul_triton  # noqa: E402
 
@@ -76,83 +79,73 @@ def test_qmatmul_full_vocabulary_head_and_label_rows(m):
     close(qmatmul_triton(x, rows), qm.qmatmul(x.float(), rows))
 
 
-def batch(q_lens, cached, hq, hkv, d, dtype):
-    """As in tests/test_kernels_triton.py: each sequence's keys are its cached prefix (ring
-    order) then its new tokens."""
-    q_pos, k_pos, seq_q, seq_k = [], [], [], []
-    for b, (n, c) in enumerate(zip(q_lens, cached)):
-        q_pos.append(torch.arange(c, c + n))
-        k_pos.append(torch.cat([torch.arange(c).roll(c // 3), torch.arange(c, c + n)]))
-        seq_q.append(torch.full((n,), b))
-        seq_k.append(torch.full((c + n,), b))
-    q_pos, k_pos, seq_q, seq_k = (torch.cat(x).to(DEV) for x in (q_pos, k_pos, seq_q, seq_k))
-    cu = [torch.tensor([0, *torch.tensor(x).cumsum(0).tolist()], dtype=torch.int32, device=DEV)
-          for x in (q_lens, [n + c for n, c in zip(q_lens, cached)])]
-    t, s = len(q_pos), len(k_pos)
-    q = torch.randn(t, hq, d, device=DEV).to(dtype)
-    k, v = (torch.randn(s, hkv, d, device=DEV).to(dtype) for _ in "kv")
-    return q, k, v, cu, q_pos, k_pos, seq_q[:, None] == seq_k[None, :]
-
-
 ATTENTION = {  # Gemma 3 270M/1B: 4 query heads, 1 KV head, head dim 256, window 512
-    "one-2048": ([2048], [0], None),
-    "one-2048-window512": ([2048], [0], 512),
-    "varlen-window512": ([1, 100, 700, 1500, 256], [0] * 5, 512),
-    "varlen-causal": ([1, 100, 700, 1500, 256], [0] * 5, None),
-    "cached-prefix": ([7, 40], [1000, 300], None),
-    "cached-ring-window512": ([7, 40], [512, 512], 512),
+    # (tree sizes, branchy, window, cached positions)
+    "one-2048": ([2048], False, None, 0),
+    "one-2048-window512": ([2048], False, 512, 0),
+    "packed-window512": ([1, 100, 700, 1500, 256], False, 512, 0),
+    "packed-causal": ([1, 100, 700, 1500, 256], False, None, 0),
+    "trees-window512": ([300, 40, 700], True, 512, 0),
+    "cached-prefix-trees": ([7, 40], True, None, 1000),
+    "cached-ring-window512": ([7, 40], True, 512, 512),
 }
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("case", ATTENTION)
 def test_attention_on_gemma3_shapes(case, dtype):
-    q_lens, cached, window = ATTENTION[case]
-    q, k, v, (cu_q, cu_k), q_pos, k_pos, same = batch(q_lens, cached, 4, 1, 256, dtype)
-    got = attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, 256 ** -0.5, window)
-    mask = position_mask(q_pos, k_pos, same, window)
-    close(got, attention(q.float(), k.float(), v.float(), mask, 256 ** -0.5))
+    sizes, branchy, window, cached = ATTENTION[case]
+    args, kwargs = forest_inputs(sizes, branchy, 4, 1, 256, window, cached, DEV, dtype)
+    got = attention_triton(*args, 256 ** -0.5, **kwargs)
+    close(got, attend(*fp32_cpu(args), 256 ** -0.5, **fp32_cpu(kwargs)))
 
 
-@pytest.mark.parametrize("window", [None, 512])
-def test_attention_branch_trees_after_a_cached_prefix(window):
-    """The engine's branch pass: per sequence, a question suffix chain then label paths
-    branching from it, behind a cached prefix."""
-    q_lens, cached = [12, 30], [700, 200]
-    q, k, v, (cu_q, cu_k), q_pos, k_pos, same = batch(q_lens, cached, 4, 1, 256,
-                                                      torch.bfloat16)
-    t = len(q_pos)
-    tree, vis = torch.zeros(t, t, dtype=torch.bool, device=DEV), same.clone()
-    for b, (n, c) in enumerate(zip(q_lens, cached)):
-        parents = [i - 1 for i in range(n // 2)] + [n // 2 - 1 - i % 2 for i in range(n - n // 2)]
-        depth = [0] * n
-        for i, p in enumerate(parents):
-            depth[i] = depth[p] + 1 if p >= 0 else 0
-        qs, ks = int(cu_q[b]), int(cu_k[b]) + c
-        q_pos[qs:qs + n] = k_pos[ks:ks + n] = c + torch.tensor(depth, device=DEV)
-        tree[qs:qs + n, qs:qs + n] = vis[qs:qs + n, ks:ks + n] = tree_visible(parents).to(DEV)
-    got = attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, 256 ** -0.5, window, tree)
-    mask = position_mask(q_pos, k_pos, vis, window)
-    close(got, attention(q.float(), k.float(), v.float(), mask, 256 ** -0.5))
+def fp32_cpu(x):
+    """The same inputs as fp32 on the CPU: the torch reference's arithmetic."""
+    if isinstance(x, dict):
+        return {k: fp32_cpu(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(fp32_cpu(v) for v in x)
+    if isinstance(x, torch.Tensor):
+        return x.cpu().float() if x.is_floating_point() else x.cpu()
+    return x
 
 
 def test_attention_head_dim_64_gqa_1():
-    q, k, v, (cu_q, cu_k), q_pos, k_pos, same = batch([300, 45], [0, 0], 8, 8, 64,
-                                                      torch.bfloat16)
-    got = attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, 0.125, 128)
-    close(got, attention(q.float(), k.float(), v.float(),
-                         position_mask(q_pos, k_pos, same, 128), 0.125))
+    args, kwargs = forest_inputs([300, 45], True, 8, 8, 64, 128, 0, DEV, torch.bfloat16)
+    close(attention_triton(*args, 0.125, **kwargs), attend(*fp32_cpu(args), 0.125,
+                                                             **fp32_cpu(kwargs)))
 
 
 def test_fp32_operands_skip_tf32():
     """fp32 activations take IEEE tl.dot: the fp32 CPU tolerance holds on the GPU too."""
     w = random_qweight(2048, 640, 4, 32)
     x = torch.randn(100, 640, device=DEV)
-    want = qm.qmatmul(x, w)
+    want = qm.qmatmul(x.cpu(), w.to("cpu")).to(DEV)
     torch.testing.assert_close(qmatmul_triton(x, w), want, rtol=1e-4,
                                atol=1e-4 * float(want.abs().max()))
-    q, k, v, (cu_q, cu_k), q_pos, k_pos, same = batch([300, 45], [0, 100], 4, 1, 256,
-                                                      torch.float32)
-    got = attention_triton(q, k, v, cu_q, cu_k, q_pos, k_pos, 0.0625, 64)
-    want = attention(q, k, v, position_mask(q_pos, k_pos, same, 64), 0.0625)
+    args, kwargs = forest_inputs([300, 45], True, 4, 1, 256, 64, 100, DEV)
+    got = attention_triton(*args, 0.0625, **kwargs)
+    want = attend(*fp32_cpu(args), 0.0625, **fp32_cpu(kwargs)).to(DEV)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_fused_kernels_on_gemma3_shapes(dtype):
+    x, y = (torch.randn(700, 640, device=DEV).to(dtype) for _ in "xy")
+    w1, w2 = torch.rand(640, device=DEV) + 0.5, torch.rand(640, device=DEV) + 0.5
+    close(fused.rms_norm(x, w1, 1e-6), fused.rms_norm(x.cpu().float(), w1.cpu(), 1e-6).to(DEV))
+    got = fused.add_rms_norm(x, y, w1, w2, 1e-6)
+    want = fused.add_rms_norm(x.cpu().float(), y.cpu().float(), w1.cpu(), w2.cpu(), 1e-6)
+    for g, w in zip(got, want):
+        close(g, w.to(DEV))
+    gu = torch.randn(700, 2 * 2048, device=DEV).to(dtype)
+    close(fused.gelu_mul(gu), fused.gelu_mul(gu.cpu().float()).to(DEV))
+    heads = torch.randn(700, 6, 256, device=DEV).to(dtype)
+    want = heads.cpu().float()
+    wq, wk = torch.rand(256, device=DEV) + 0.5, torch.rand(256, device=DEV) + 0.5
+    pos = torch.randint(0, 32768, (700,), device=DEV)
+    cos, sin = fused.rope_tables(32768, 256, 1e6)
+    fused.qk_norm_rope_(want[:, :5], 4, wq.cpu(), wk.cpu(), pos.cpu(), cos, sin, 1e-6)
+    fused.qk_norm_rope_(heads[:, :5], 4, wq, wk, pos, cos.to(DEV), sin.to(DEV), 1e-6)
+    close(heads, want.to(DEV))
