@@ -235,8 +235,10 @@ class Gemma3(nn.Module):
         return h
 
     def head(self, h: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """h [A, hidden] -> logits [A, len(rows)] of the tied output head (all rows: None)."""
+        """h [A, hidden] -> fp32 logits [A, len(rows)] of the tied output head (all rows:
+        None); h stays in the activation dtype, the products accumulate in fp32."""
         w = self.embedding
         if isinstance(w, QWeight):
-            return qmatmul(h, w if rows is None else w.rows(rows))
-        return (h.to(w.dtype) @ (w if rows is None else w[rows]).T).to(h.dtype)
+            w = w if rows is None else w.rows(rows)
+            return qmatmul(h, w, torch.empty(len(h), w.shape[0], device=h.device))
+        return (h.float() @ (w if rows is None else w[rows]).float().T)

@@ -44,9 +44,9 @@ def random_tensor(qtype: T, rows: int, cols: int, rng: np.random.Generator,
 # Real Gemma 3 text shapes (layers, hidden, heads, kv_heads, head_dim, ffn, vocab, window)
 SHAPES = {
     "gemma-3-270m": dict(layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256, ffn=2048,
-                         vocab=262144, window=512),
+                         vocab=262144, window=512, n_ctx_train=32768),
     "gemma-3-1b": dict(layers=26, hidden=1152, heads=4, kv_heads=1, head_dim=256, ffn=6912,
-                       vocab=262144, window=512),
+                       vocab=262144, window=512, n_ctx_train=32768),
 }
 # The tensor types of the Q4_K_M file gemma-3-270m ships as
 Q4_K_M = {"token_embd": T.Q8_0, "attn_q": T.Q5_0, "attn_k": T.Q5_0, "attn_v": T.Q8_0,
@@ -56,7 +56,7 @@ Q4_K_M = {"token_embd": T.Q8_0, "attn_q": T.Q5_0, "attn_k": T.Q5_0, "attn_v": T.
 def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
                       hidden: int = 256, heads: int = 4, kv_heads: int = 2, head_dim: int = 64,
                       ffn: int = 512, vocab: int = 384, window: int = 16,
-                      types: dict[str, T] | None = None) -> Path:
+                      n_ctx_train: int = 4096, types: dict[str, T] | None = None) -> Path:
     """A random Gemma 3 text model in GGUF. Every 6th layer is full attention (as in
     llama.cpp); norm weights are stored with the +1 folded in, as llama.cpp's converter
     writes Gemma norms. `types` maps a tensor suffix (attn_q, ffn_down, token_embd, ...)
@@ -65,7 +65,7 @@ def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
              "attn_output": T.Q4_K, "ffn_gate": T.Q4_1, "ffn_up": T.Q5_0, "ffn_down": T.Q6_K,
              **(types or {})}
     w = gguf.GGUFWriter(str(path), "gemma3")
-    w.add_context_length(4096)
+    w.add_context_length(n_ctx_train)
     w.add_embedding_length(hidden)
     w.add_block_count(layers)
     w.add_feed_forward_length(ffn)

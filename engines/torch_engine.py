@@ -170,10 +170,8 @@ class TorchEngine:
                 torch.index_select(h, 0, rows.long(), out=hidden[at:at + len(p.rows)])
                 at += len(p.rows)
         label_rows, src, roots = (x.long() for x in dev[-3:])
-        h = hidden.float()
-        n = len(src)
-        self._logits[:n] = self.model.head(h, label_rows).view(-1)[src]
-        self._lse[:len(roots)] = torch.logsumexp(self.model.head(h[roots]), dim=-1)
+        self._logits[:len(src)] = self.model.head(hidden, label_rows).view(-1)[src]
+        self._lse[:len(roots)] = torch.logsumexp(self.model.head(hidden[roots]), dim=-1)
 
 
 class _Staging:

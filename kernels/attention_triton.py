@@ -143,7 +143,9 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
     if t == 0:
         return out
     block_d = max(16, triton.next_power_of_2(d))
-    block_m, block_n = (64, 32) if block_d > 128 else (64, 64)
+    block_n = 32 if block_d > 128 else 64
+    # short passes: narrow query blocks, for enough programs to fill the GPU
+    block_m = 16 if t <= 256 else 32 if t <= 1024 else 64
     _attention_kernel[(triton.cdiv(t, block_m), hq)](
         q, k, v, out, lo, end, ck, cv, cpos, q_pos,
         t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0,

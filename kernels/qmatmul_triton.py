@@ -1,9 +1,14 @@
-"""Matmul against packed quantized weights: Triton kernel of the contract in qmatmul.py.
+"""Matmul against packed quantized weights: Triton kernels of the contract in qmatmul.py.
 
 y = x @ dequant(W).T with W read as packed words: each program dequantizes a
-[BLOCK_K, BLOCK_N] tile of W in registers (nibble or int8 code, times the group scale,
+[BLOCK_N, BLOCK_K] tile of W in registers (nibble or int8 code, times the group scale,
 plus the group offset for 4-bit), casts it to the activation dtype and accumulates
 tl.dot in fp32. Nothing dequantized goes to memory.
+
+Past LARGE_M rows (a pass of thousands of tokens) the arithmetic, not the weight read,
+is the cost, and cuBLAS on a bf16 copy beats the fused kernel twice over (measured on
+the H200, docs/benchmarks.md): a layer's weight is then dequantized by one kernel into a
+transient buffer for that one matmul, and stays packed at rest.
 """
 
 from __future__ import annotations
@@ -13,6 +18,37 @@ import triton
 import triton.language as tl
 
 from .qmatmul import QWeight
+
+LARGE_M = 2048  # rows from which dequantize + cuBLAS wins
+LARGE_W = 1 << 25  # ... for weights up to this many elements (not the 262k-row head)
+
+
+@triton.jit
+def _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn, k0, stride_cn, stride_sn,
+                 BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """fp32 [BN, BK] of rows rn, columns k0.. (K contiguous in memory, as stored)."""
+    if BITS == 4:  # byte j holds columns 2j (low nibble) and 2j + 1 (high)
+        kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+        byte = tl.load(codes_ptr + rn[:, None] * stride_cn + kb[None, :])
+        q = tl.interleave(byte & 15, byte >> 4).to(tl.float32)
+    else:
+        k = k0 + tl.arange(0, BLOCK_K)
+        q = tl.load(codes_ptr + rn[:, None] * stride_cn + k[None, :]).to(tl.float32)
+    # one scale (and offset) per row and group, broadcast in registers
+    if GROUP >= BLOCK_K:  # the tile lies in one group
+        g = rn * stride_sn + k0 // GROUP  # [BN]
+        w = q * tl.load(scale_ptr + g)[:, None]
+        if HAS_OFFSET:
+            w += tl.load(offset_ptr + g)[:, None]
+    else:  # the tile holds BK // GROUP whole groups
+        gk = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
+        g = rn[:, None] * stride_sn + gk[None, :]  # [BN, BK / G]
+        w = tl.reshape(q, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * tl.load(scale_ptr + g)[:, :, None]
+        if HAS_OFFSET:
+            w += tl.load(offset_ptr + g)[:, :, None]
+        w = tl.reshape(w, (BLOCK_N, BLOCK_K))
+    return w
 
 
 @triton.jit
@@ -34,29 +70,10 @@ def _qmatmul_kernel(
     rn_safe = tl.where(n_ok, rn, 0)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):  # the launcher picks BLOCK_K dividing K
-        k = k0 + rk  # [BK]
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + k[None, :], mask=m_ok[:, None], other=0.0)
-        # W tiles are [BN, BK], K contiguous in memory as stored
-        if BITS == 4:  # byte j holds columns 2j (low nibble) and 2j + 1 (high)
-            kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-            byte = tl.load(codes_ptr + rn_safe[:, None] * stride_cn + kb[None, :])
-            q = tl.interleave(byte & 15, byte >> 4).to(tl.float32)  # [BN, BK]
-        else:
-            q = tl.load(codes_ptr + rn_safe[:, None] * stride_cn + k[None, :]).to(tl.float32)
-        # one scale (and offset) per column and group, broadcast in registers
-        if GROUP >= BLOCK_K:  # the tile lies in one group
-            g = rn_safe * stride_sn + k0 // GROUP  # [BN]
-            w = q * tl.load(scale_ptr + g)[:, None]
-            if HAS_OFFSET:
-                w += tl.load(offset_ptr + g)[:, None]
-        else:  # the tile holds BK // GROUP whole groups
-            gk = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
-            g = rn_safe[:, None] * stride_sn + gk[None, :]  # [BN, BK / G]
-            w = tl.reshape(q, (BLOCK_N, BLOCK_K // GROUP, GROUP))
-            w = w * tl.load(scale_ptr + g)[:, :, None]
-            if HAS_OFFSET:
-                w += tl.load(offset_ptr + g)[:, :, None]
-            w = tl.reshape(w, (BLOCK_N, BLOCK_K))
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :], mask=m_ok[:, None],
+                    other=0.0)
+        w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn_safe, k0, stride_cn, stride_sn,
+                         BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K)
         w = tl.trans(w.to(x.dtype))  # [BK, BN]
         if IEEE:  # fp32 operands: no TF32 rounding on the GPU
             acc = tl.dot(x, w, acc, input_precision="ieee")
@@ -66,28 +83,64 @@ def _qmatmul_kernel(
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y, mask=m_ok[:, None] & n_ok[None, :])
 
 
+@triton.jit
+def _dequantize_kernel(codes_ptr, scale_ptr, offset_ptr, w_ptr, N, stride_cn, stride_sn,
+                       stride_wn, BITS: tl.constexpr, GROUP: tl.constexpr,
+                       HAS_OFFSET: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k0 = tl.program_id(1) * BLOCK_K
+    n_ok = rn < N
+    w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, tl.where(n_ok, rn, 0), k0, stride_cn,
+                     stride_sn, BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K)
+    k = k0 + tl.arange(0, BLOCK_K)
+    tl.store(w_ptr + rn[:, None] * stride_wn + k[None, :], w.to(w_ptr.dtype.element_ty),
+             mask=n_ok[:, None])
+
+
 Blocks = tuple[int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages
 
 
-def _blocks(m: int, k: int, group: int) -> Blocks:
-    """Tiles for M rows. BLOCK_K divides K (no K masking) and holds whole groups or lies
-    in one."""
+def _k_tiles(k: int, group: int) -> list[int]:
+    """K tiles that divide K (no K masking) and hold whole groups or lie in one."""
     fits = [b for b in (128, 64, 32, 16) if k % b == 0 and (b % group == 0 or group % b == 0)]
     if not fits:
         raise ValueError(f"no K tile fits K={k} in groups of {group}")
-    small = [b for b in fits if b <= 64] or fits
+    return fits
+
+
+def _blocks(m: int, k: int, group: int) -> Blocks:
+    """Tiles for M rows, from the H200 sweep of scripts/bench_kernels.py on Gemma 3
+    shapes: small M wants many programs (narrow tiles), large M wide tiles."""
+    fits = _k_tiles(k, group)
+    bk = ([b for b in fits if b <= 64] or fits)[0]
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
         return 16, 64, fits[0], 4, 3
-    if m <= 64:
-        return 64, 64, small[0], 4, 3
-    return 128, 128, small[0], 8, 3  # prefill: compute bound
+    if m <= 256:
+        return 32, 64, bk, 4, 3
+    if m <= LARGE_M:
+        return 64, 128, bk, 4, 3
+    return 128, 128, bk, 8, 3
+
+
+def dequantize_triton(w: QWeight, dtype: torch.dtype) -> torch.Tensor:
+    """[N, K] in `dtype`, one kernel."""
+    n, k = w.shape
+    codes, scale = w.codes.contiguous(), w.scale.contiguous()
+    offset = w.offset.contiguous() if w.offset is not None else scale  # unread without offset
+    out = torch.empty(n, k, dtype=dtype, device=codes.device)
+    bk = ([b for b in _k_tiles(k, w.group) if b <= 64] or _k_tiles(k, w.group))[0]
+    _dequantize_kernel[(triton.cdiv(n, 64), k // bk)](
+        codes, scale, offset, out, n, codes.stride(0), scale.stride(0), out.stride(0),
+        BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None, BLOCK_N=64, BLOCK_K=bk)
+    return out
 
 
 def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
                    blocks: Blocks | None = None) -> torch.Tensor:
     """x [M, K] (fp16, bf16 or fp32; unit stride along K) @ dequant(w).T -> [M, N] in
-    x.dtype, into `out` when given (any row stride: a column slice of a wider buffer).
-    blocks: tiles to use instead of the built-in choice (for tuning)."""
+    x.dtype, or into `out` when given: x.dtype or fp32 (the head's logits), any row stride
+    (a column slice of a wider buffer). blocks: tiles to use instead of the built-in
+    choice (for tuning; it also keeps the fused kernel at any M)."""
     n, k = w.shape
     if x.dim() != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [M, {k}], got {tuple(x.shape)}")
@@ -97,18 +150,22 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
     parts = [w.codes, w.scale] + ([w.offset] if w.offset is not None else [])
     if any(t.device != x.device for t in parts):
         raise ValueError("x and the packed weight must be on one device")
-    codes, scale = w.codes.contiguous(), w.scale.contiguous()
-    offset = w.offset.contiguous() if w.offset is not None else scale  # unread without offset
     m = x.shape[0]
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    elif out.shape != (m, n) or out.dtype != x.dtype or out.stride(1) != 1:
-        raise ValueError(f"out must be [{m}, {n}] {x.dtype} with unit column stride")
+    elif out.shape != (m, n) or out.dtype not in (x.dtype, torch.float32) or out.stride(1) != 1:
+        raise ValueError(f"out must be [{m}, {n}] in {x.dtype} or fp32, unit column stride")
     if m == 0 or n == 0:
         return out
+    if blocks is None and m >= LARGE_M and n * k <= LARGE_W and x.dtype != torch.float32:
+        dense = dequantize_triton(w, x.dtype)
+        if out.dtype == x.dtype and out.is_contiguous():
+            return torch.matmul(x, dense.T, out=out)
+        return out.copy_(torch.matmul(x, dense.T))
+    codes, scale = w.codes.contiguous(), w.scale.contiguous()
+    offset = w.offset.contiguous() if w.offset is not None else scale  # unread without offset
     bm, bn, bk, warps, stages = blocks or _blocks(m, k, w.group)
-    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
-    _qmatmul_kernel[grid](
+    _qmatmul_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
         x, codes, scale, offset, out, m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), out.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,

@@ -28,7 +28,7 @@ from decider.kernels import fused, fused_triton  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
-from decider.kernels.qmatmul_triton import qmatmul_triton  # noqa: E402
+from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton  # noqa: E402
 
 
 def close(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -144,3 +144,10 @@ def test_qmatmul_writes_into_a_column_slice():
     qmatmul_triton(x, w, out[:, 30:70])
     close(out[:, 30:70], qm.qmatmul(x, w))
     assert (out[:, :30] == 7).all() and (out[:, 70:] == 7).all()
+
+
+@pytest.mark.parametrize("bits,group", [(4, 32), (8, 16), (4, 128)])
+def test_dequantize_kernel_is_exact(bits, group):
+    """The large-M path's dequantize: fp32 products of the same words, bit for bit."""
+    w = random_qweight(70, group * 4, bits, group)
+    assert torch.equal(dequantize_triton(w, torch.float32), qm.dequantize(w))

@@ -35,6 +35,7 @@ DEV = "cuda"
 
 def close(got: torch.Tensor, want: torch.Tensor) -> None:
     assert got.isfinite().all()
+    want = want.to(got.device)
     torch.testing.assert_close(got.float(), want, rtol=1e-2, atol=1e-2 * float(want.abs().max()))
 
 
