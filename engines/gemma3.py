@@ -18,7 +18,7 @@ from torch import nn
 
 from decider.kernels.attention import attend
 from decider.kernels.fused import add_rms_norm, gelu_mul, qk_norm_rope_, rms_norm, rope_tables
-from decider.kernels.qmatmul import QWeight, embed, qmatmul
+from decider.kernels.qmatmul import QWeight, embed, qmatmul, qmatmul_logsumexp
 
 from .gguf_weights import GGUFModel, Packed
 from .kv_cache import KVCache
@@ -242,3 +242,9 @@ class Gemma3(nn.Module):
             w = w if rows is None else w.rows(rows)
             return qmatmul(h, w, torch.empty(len(h), w.shape[0], device=h.device))
         return (h.float() @ (w if rows is None else w[rows]).float().T)
+
+    def logsumexp(self, h: torch.Tensor) -> torch.Tensor:
+        """h [A, hidden] -> fp32 [A]: logsumexp of the full-vocabulary logits."""
+        if isinstance(self.embedding, QWeight):
+            return qmatmul_logsumexp(h, self.embedding)
+        return torch.logsumexp(self.head(h), dim=-1)

@@ -11,6 +11,7 @@ cache, then its branches, in passes that read it (their trees rooted at the suff
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -54,22 +55,43 @@ class _Builder:
     """Collects one pass's token columns."""
 
     def __init__(self, cache: str = "") -> None:
-        self.cols: list[np.ndarray] = []  # [5, n] blocks
+        self.cols: list[list] = [[], [], [], [], []]  # per meta row, its pieces
         self.rows: list[int] = []
         self.size = 0
         self.cache = cache
 
-    def add(self, ids, pos, lo_full, lo_slide, end) -> None:
-        self.cols.append(np.stack([np.asarray(a, np.int32) for a in (ids, pos, lo_full,
-                                                                       lo_slide, end)]))
-        self.size += self.cols[-1].shape[1]
+    def add(self, n: int, *columns) -> None:
+        """n tokens; each column an array of n or a scalar for all of them."""
+        for row, c in zip(self.cols, columns, strict=True):
+            row.append(np.full(n, c, np.int32) if np.ndim(c) == 0 else c)
+        self.size += n
 
     def build(self) -> Pass:
-        return Pass(np.concatenate(self.cols, 1), self.rows, self.cache)
+        meta = np.empty((5, self.size), np.int32)
+        for out, pieces in zip(meta, self.cols, strict=True):
+            np.concatenate(pieces, out=out, casting="unsafe")
+        return Pass(meta, self.rows, self.cache)
+
+
+@dataclass(frozen=True, slots=True)
+class _Trie:
+    """A label trie in pre-order: node 0 the root (the answer position)."""
+
+    nodes: list[Tokens]  # paths, lexical order (pre-order)
+    allowed: dict[Tokens, Tokens]
+    below: list[int]  # descendants of each node
+
+
+@lru_cache(maxsize=1024)  # jobs of one request type share their tries
+def _trie(candidates: tuple[Tokens, ...]) -> _Trie:
+    allowed = label_trie(candidates)
+    nodes = sorted(allowed)
+    below = [sum(1 for q in nodes[i + 1:] if q[:len(p)] == p) for i, p in enumerate(nodes)]
+    return _Trie(nodes, allowed, below)
 
 
 def _tree_size(job: ScoreJob) -> int:
-    return len(job.prefix) + sum(len(b.suffix) + len(label_trie(b.candidates)) - 1
+    return len(job.prefix) + sum(len(b.suffix) + len(_trie(b.candidates).nodes) - 1
                                  for b in job.branches)
 
 
@@ -79,7 +101,7 @@ def _place_branch(pb: _Builder, branch, n_prefix: int, window: int,
     node's row. prefix_at: the in-pass index of the prefix's position 0, or None when the
     prefix is in the cache (then the branch's own root is the oldest token it sees here)."""
     base = pb.size
-    nodes = sorted(label_trie(branch.candidates))  # lexical order: pre-order
+    trie = _trie(branch.candidates)
     n_suffix = len(branch.suffix)
     last = n_prefix + n_suffix - 1  # position of the answer
     root_lo = base if prefix_at is None else prefix_at
@@ -92,16 +114,15 @@ def _place_branch(pb: _Builder, branch, n_prefix: int, window: int,
         in_prefix = root_lo if prefix_at is None else prefix_at + np.maximum(p, 0)
         return np.where(p >= n_prefix, base + p - n_prefix, in_prefix)
 
-    pos = n_prefix + np.arange(n_suffix)
-    end = base + n_suffix + len(nodes) - 1
-    pb.add(branch.suffix, pos, np.full(n_suffix, root_lo), lo_at(pos - window + 1),
-           np.full(n_suffix, end))
-    for i, path in enumerate(nodes[1:], 1):
+    pos = np.arange(n_prefix, n_prefix + n_suffix)
+    end = base + n_suffix + len(trie.nodes) - 1
+    pb.add(n_suffix, np.fromiter(branch.suffix, np.int32, n_suffix), pos, root_lo,
+           lo_at(pos - window + 1), end)
+    for i, path in enumerate(trie.nodes[1:], 1):
         at[path] = base + n_suffix + i - 1
-        below = sum(1 for q in nodes[i + 1:] if q[: len(path)] == path)
         p = last + len(path)
-        pb.add([path[-1]], [p], [root_lo], [lo_at(p - window + 1, path)],
-               [at[path] + 1 + below])
+        pb.add(1, path[-1], p, root_lo, int(lo_at(p - window + 1, path)),
+               at[path] + 1 + trie.below[i])
     return at
 
 
@@ -110,8 +131,8 @@ def _place_prefix(pb: _Builder, prefix: Tokens, start: int, window: int, tree_en
     any, are in the cache."""
     base = pb.size
     k = np.arange(len(prefix))
-    pb.add(prefix, start + k, np.full(len(k), base), base + np.maximum(k - window + 1, 0),
-           np.full(len(k), tree_end))
+    pb.add(len(prefix), np.fromiter(prefix, np.int32, len(prefix)), start + k, base,
+           base + np.maximum(k - window + 1, 0), tree_end)
 
 
 def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
@@ -120,12 +141,13 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
     n_logits = n_lse = 0
     packed = _Builder()
 
-    def read(pb: _Builder, ji: int, bi: int, at: dict[Tokens, int], trie) -> None:
+    def read(pb: _Builder, ji: int, bi: int, at: dict[Tokens, int], branch) -> None:
         nonlocal n_logits, n_lse
-        for path in sorted(trie, key=len):  # root first, as every engine reports them
-            outputs.append(Output(ji, bi, path, trie[path], n_logits, -1 if path else n_lse))
+        allowed = _trie(branch.candidates).allowed
+        for path in sorted(allowed, key=len):  # root first, as every engine reports them
+            outputs.append(Output(ji, bi, path, allowed[path], n_logits, -1 if path else n_lse))
             pb.rows.append(at[path])
-            n_logits += len(trie[path])
+            n_logits += len(allowed[path])
             n_lse += not path
 
     for ji, job in enumerate(jobs):
@@ -139,7 +161,7 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
             _place_prefix(packed, job.prefix, 0, window, o + size)
             for bi, branch in enumerate(job.branches):
                 at = _place_branch(packed, branch, n_prefix, window, o)
-                read(packed, ji, bi, at, label_trie(branch.candidates))
+                read(packed, ji, bi, at, branch)
             continue
         if packed.size:  # passes run, and outputs are read, in order
             passes.append(packed.build())
@@ -151,12 +173,12 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
             passes.append(chunk.build())
         group = _Builder("read")
         for bi, branch in enumerate(job.branches):
-            cost = len(branch.suffix) + len(label_trie(branch.candidates)) - 1
+            cost = len(branch.suffix) + len(_trie(branch.candidates).nodes) - 1
             if group.size and group.size + cost > budget:
                 passes.append(group.build())
                 group = _Builder("read")
             at = _place_branch(group, branch, n_prefix, window, None)
-            read(group, ji, bi, at, label_trie(branch.candidates))
+            read(group, ji, bi, at, branch)
         passes.append(group.build())
     if packed.size:
         passes.append(packed.build())

@@ -171,7 +171,7 @@ class TorchEngine:
                 at += len(p.rows)
         label_rows, src, roots = (x.long() for x in dev[-3:])
         self._logits[:len(src)] = self.model.head(hidden, label_rows).view(-1)[src]
-        self._lse[:len(roots)] = torch.logsumexp(self.model.head(hidden[roots]), dim=-1)
+        self._lse[:len(roots)] = self.model.logsumexp(hidden[roots])
 
 
 class _Staging:

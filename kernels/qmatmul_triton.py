@@ -53,12 +53,14 @@ def _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn, k0, stride_cn, stride_sn,
 
 @triton.jit
 def _qmatmul_kernel(
-    x_ptr, codes_ptr, scale_ptr, offset_ptr, y_ptr,
+    x_ptr, codes_ptr, scale_ptr, offset_ptr, y_ptr, z_ptr,
     M, N, K,
     stride_xm, stride_cn, stride_sn, stride_ym,
     BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
+    """y = x @ W.T; or (LSE) per row and column block, the max of its logits in y and the
+    sum of their exp(logit - max) in z, at [row, program along N]."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -79,8 +81,15 @@ def _qmatmul_kernel(
             acc = tl.dot(x, w, acc, input_precision="ieee")
         else:
             acc = tl.dot(x, w, acc)
-    y = acc.to(y_ptr.dtype.element_ty)
-    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y, mask=m_ok[:, None] & n_ok[None, :])
+    if LSE:
+        s = tl.where(n_ok[None, :], acc, float("-inf"))
+        top = tl.max(s, 1)
+        tl.store(y_ptr + rm * stride_ym + pid_n, top, mask=m_ok)
+        tl.store(z_ptr + rm * stride_ym + pid_n, tl.sum(tl.exp(s - top[:, None]), 1), mask=m_ok)
+    else:
+        y = acc.to(y_ptr.dtype.element_ty)
+        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y,
+                 mask=m_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
@@ -110,16 +119,13 @@ def _k_tiles(k: int, group: int) -> list[int]:
 
 def _blocks(m: int, k: int, group: int) -> Blocks:
     """Tiles for M rows, from the H200 sweep of scripts/bench_kernels.py on Gemma 3
-    shapes: small M wants many programs (narrow tiles), large M wide tiles."""
+    shapes (below LARGE_M; past it cuBLAS takes over)."""
     fits = _k_tiles(k, group)
     bk = ([b for b in fits if b <= 64] or fits)[0]
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
         return 16, 64, fits[0], 4, 3
-    if m <= 256:
-        return 32, 64, bk, 4, 3
-    if m <= LARGE_M:
-        return 64, 128, bk, 4, 3
-    return 128, 128, bk, 8, 3
+    # few M blocks: each program dequantizes its weight tile once for up to 128 rows
+    return (64 if m <= 64 else 128), 64, bk, 4, 3
 
 
 def dequantize_triton(w: QWeight, dtype: torch.dtype) -> torch.Tensor:
@@ -151,25 +157,47 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
     if any(t.device != x.device for t in parts):
         raise ValueError("x and the packed weight must be on one device")
     m = x.shape[0]
+    if out is not None and (out.shape != (m, n) or out.dtype not in (x.dtype, torch.float32)
+                            or out.stride(1) != 1):
+        raise ValueError(f"out must be [{m}, {n}] in {x.dtype} or fp32, unit column stride")
+    if blocks is None and m >= LARGE_M and n * k <= LARGE_W and x.dtype != torch.float32:
+        y = torch.matmul(x, dequantize_triton(w, x.dtype).T)
+        return y if out is None else out.copy_(y)
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    elif out.shape != (m, n) or out.dtype not in (x.dtype, torch.float32) or out.stride(1) != 1:
-        raise ValueError(f"out must be [{m}, {n}] in {x.dtype} or fp32, unit column stride")
     if m == 0 or n == 0:
         return out
-    if blocks is None and m >= LARGE_M and n * k <= LARGE_W and x.dtype != torch.float32:
-        dense = dequantize_triton(w, x.dtype)
-        if out.dtype == x.dtype and out.is_contiguous():
-            return torch.matmul(x, dense.T, out=out)
-        return out.copy_(torch.matmul(x, dense.T))
+    _launch(x, w, out, out, blocks or _blocks(m, k, w.group), lse=False)
+    return out
+
+
+def qmatmul_logsumexp(x: torch.Tensor, w: QWeight) -> torch.Tensor:
+    """logsumexp over N of x @ dequant(w).T -> fp32 [M], never writing the [M, N] logits
+    (the full-vocabulary normaliser of the tied head)."""
+    n, k = w.shape
+    if x.dim() != 2 or x.shape[1] != k or x.stride(1) != 1:
+        raise ValueError(f"x must be [M, {k}] with unit column stride, got {tuple(x.shape)}")
+    m = x.shape[0]
+    blocks = _blocks(m, k, w.group)
+    cols = triton.cdiv(n, blocks[1])
+    top = torch.empty(m, cols, dtype=torch.float32, device=x.device)
+    total = torch.empty_like(top)
+    if m:
+        _launch(x, w, top, total, blocks, lse=True)
+    peak = top.max(1).values
+    return peak + torch.log((total * torch.exp(top - peak[:, None])).sum(1))
+
+
+def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool) -> None:
+    m, k = x.shape
+    n = w.shape[0]
     codes, scale = w.codes.contiguous(), w.scale.contiguous()
     offset = w.offset.contiguous() if w.offset is not None else scale  # unread without offset
-    bm, bn, bk, warps, stages = blocks or _blocks(m, k, w.group)
+    bm, bn, bk, warps, stages = blocks
     _qmatmul_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
-        x, codes, scale, offset, out, m, n, k,
-        x.stride(0), codes.stride(0), scale.stride(0), out.stride(0),
+        x, codes, scale, offset, y, z, m, n, k,
+        x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
-        IEEE=x.dtype == torch.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps,
-        num_stages=stages,
+        IEEE=x.dtype == torch.float32, LSE=lse, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        num_warps=warps, num_stages=stages,
     )
-    return out

@@ -1,25 +1,46 @@
-"""Where one yes/no on a random gemma-3-270m-shaped model spends its time (CUDA):
-torch.profiler's top operations by device and host time, for the next optimisation."""
+"""Where the Triton engine spends its time on a random gemma-3-270m-shaped model (CUDA):
+one yes/no at 120 tokens, and 128 decisions of 256 tokens in one call. For each: wall
+time, the host-side layout alone, and torch.profiler's top operations by device time."""
 
 import tempfile
+import time
 
 import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from decider.engines import Branch, ScoreJob, load_engine
+from decider.engines.passes import plan
 from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 
 path = f"{tempfile.mkdtemp()}/g270m.gguf"
 write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **SHAPES["gemma-3-270m"])
 engine = load_engine("triton", path, 4096)
-ids = np.random.default_rng(1).integers(5, 1000, 120).tolist()
-job = ScoreJob((2, *ids[:111]), (Branch(tuple(ids[111:]), ((3,), (4,))),))
-for _ in range(3):
-    engine.score([job])
-torch.cuda.synchronize()
-with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-    engine.score([job])
+rng = np.random.default_rng(1)
+
+
+def job(n: int) -> ScoreJob:
+    ids = rng.integers(5, 1000, n).tolist()
+    return ScoreJob((2, *ids[:n - 9]), (Branch(tuple(ids[n - 9:]), ((3,), (4,))),))
+
+
+for name, jobs in (("1 x 120 tokens", [job(120)]), ("128 x 256 tokens", [job(256)
+                                                                         for _ in range(128)])):
+    for _ in range(3):
+        engine.score(jobs)
     torch.cuda.synchronize()
-print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15))
-print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=15))
+    t0 = time.perf_counter()
+    for _ in range(10):
+        engine.score(jobs)
+    wall = (time.perf_counter() - t0) / 10
+    t0 = time.perf_counter()
+    for _ in range(10):
+        plan(jobs, 8192, 512)
+    layout = (time.perf_counter() - t0) / 10
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        engine.score(jobs)
+        torch.cuda.synchronize()
+    device = sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
+    print(f"== {name}: wall {wall * 1e3:.2f} ms per call, layout {layout * 1e3:.2f} ms, "
+          f"device time {device:.2f} ms (profiled call)")
+    print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12))

@@ -28,6 +28,7 @@ from decider.kernels import fused, fused_triton  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
+from decider.kernels import qmatmul_triton as qmt  # noqa: E402
 from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton  # noqa: E402
 
 
@@ -151,3 +152,10 @@ def test_dequantize_kernel_is_exact(bits, group):
     """The large-M path's dequantize: fp32 products of the same words, bit for bit."""
     w = random_qweight(70, group * 4, bits, group)
     assert torch.equal(dequantize_triton(w, torch.float32), qm.dequantize(w))
+
+
+@pytest.mark.parametrize("m", [1, 20])
+def test_logsumexp_head_never_writing_the_logits(m):
+    w = random_qweight(1000, 64, 8, 32)  # 16 column blocks, the last ragged
+    x = torch.randn(m, 64)
+    close(qmt.qmatmul_logsumexp(x, w), qm.qmatmul_logsumexp(x, w))

@@ -78,6 +78,8 @@ def test_qmatmul_full_vocabulary_head_and_label_rows(m):
     close(qmatmul_triton(x, w), qm.qmatmul(x.float(), w))
     rows = w.rows(torch.randint(0, 262144, (37,), device=DEV))
     close(qmatmul_triton(x, rows), qm.qmatmul(x.float(), rows))
+    want = torch.logsumexp(qm.qmatmul(x.float(), w), -1)
+    torch.testing.assert_close(qm.qmatmul_logsumexp(x, w), want, rtol=0, atol=0.05)
 
 
 ATTENTION = {  # Gemma 3 270M/1B: 4 query heads, 1 KV head, head dim 256, window 512
