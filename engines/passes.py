@@ -52,24 +52,37 @@ class Plan:
 
 
 class _Builder:
-    """Collects one pass's token columns."""
+    """One pass's tokens as chains (each token the parent of the next), described in
+    Python and turned into columns by a few numpy operations for the whole pass."""
 
-    def __init__(self, cache: str = "") -> None:
-        self.cols: list[list] = [[], [], [], [], []]  # per meta row, its pieces
+    def __init__(self, window: int, cache: str = "") -> None:
+        self.window, self.cache = window, cache
+        self.tokens: list[Tokens] = []
+        self.chains: list[tuple[int, int, int, int, int]] = []
         self.rows: list[int] = []
         self.size = 0
-        self.cache = cache
 
-    def add(self, n: int, *columns) -> None:
-        """n tokens; each column an array of n or a scalar for all of them."""
-        for row, c in zip(self.cols, columns, strict=True):
-            row.append(np.full(n, c, np.int32) if np.ndim(c) == 0 else c)
-        self.size += n
+    def chain(self, tokens: Tokens, pos0: int, lo_full: int, end: int, before: int,
+              follow: bool) -> None:
+        """Tokens at positions pos0.. A token whose window reaches back past pos0 sees from
+        in-pass index `before` + (its oldest visible position, if follow: the prefix chain
+        laid out from index `before`; else `before` itself)."""
+        self.tokens.append(tokens)
+        self.chains.append((pos0, lo_full, end, before, int(follow)))
+        self.size += len(tokens)
 
     def build(self) -> Pass:
-        meta = np.empty((5, self.size), np.int32)
-        for out, pieces in zip(meta, self.cols, strict=True):
-            np.concatenate(pieces, out=out, casting="unsafe")
+        n = np.fromiter(map(len, self.tokens), np.int64, len(self.tokens))
+        starts = np.cumsum(n) - n
+        chain = np.repeat(np.arange(len(n)), n)
+        pos0, lo_full, end, before, follow = np.array(self.chains, np.int64)[chain].T
+        start = starts[chain]
+        pos = pos0 + np.arange(self.size) - start
+        oldest = pos - self.window + 1
+        lo_slide = np.where(oldest >= pos0, start + oldest - pos0,
+                            before + np.maximum(oldest, 0) * follow)
+        ids = np.fromiter((t for ts in self.tokens for t in ts), np.int64, self.size)
+        meta = np.stack([ids, pos, lo_full, lo_slide, end]).astype(np.int32)
         return Pass(meta, self.rows, self.cache)
 
 
@@ -95,8 +108,7 @@ def _tree_size(job: ScoreJob) -> int:
                                  for b in job.branches)
 
 
-def _place_branch(pb: _Builder, branch, n_prefix: int, window: int,
-                  prefix_at: int | None) -> dict[Tokens, int]:
+def _place_branch(pb: _Builder, branch, n_prefix: int, prefix_at: int | None) -> dict:
     """Append one branch (suffix chain, then its trie nodes) to the pass; returns each trie
     node's row. prefix_at: the in-pass index of the prefix's position 0, or None when the
     prefix is in the cache (then the branch's own root is the oldest token it sees here)."""
@@ -105,41 +117,35 @@ def _place_branch(pb: _Builder, branch, n_prefix: int, window: int,
     n_suffix = len(branch.suffix)
     last = n_prefix + n_suffix - 1  # position of the answer
     root_lo = base if prefix_at is None else prefix_at
-    at: dict[Tokens, int] = {(): base + n_suffix - 1}
-
-    def lo_at(p, path: Tokens = ()):
-        """In-pass index of the ancestor at position p (array or int) on the way to path."""
-        if np.isscalar(p) and p > last:
-            return at[path[: p - last]]
-        in_prefix = root_lo if prefix_at is None else prefix_at + np.maximum(p, 0)
-        return np.where(p >= n_prefix, base + p - n_prefix, in_prefix)
-
-    pos = np.arange(n_prefix, n_prefix + n_suffix)
     end = base + n_suffix + len(trie.nodes) - 1
-    pb.add(n_suffix, np.fromiter(branch.suffix, np.int32, n_suffix), pos, root_lo,
-           lo_at(pos - window + 1), end)
+    pb.chain(branch.suffix, n_prefix, root_lo, end, root_lo, prefix_at is not None)
+    at: dict[Tokens, int] = {(): base + n_suffix - 1}
     for i, path in enumerate(trie.nodes[1:], 1):
         at[path] = base + n_suffix + i - 1
         p = last + len(path)
-        pb.add(1, path[-1], p, root_lo, int(lo_at(p - window + 1, path)),
-               at[path] + 1 + trie.below[i])
+        oldest = p - pb.window + 1  # the ancestor there: in the trie, suffix or prefix
+        if oldest > last:
+            lo = at[path[:oldest - last]]
+        elif oldest >= n_prefix:
+            lo = base + oldest - n_prefix
+        else:
+            lo = root_lo if prefix_at is None else prefix_at + max(oldest, 0)
+        pb.chain((path[-1],), p, root_lo, at[path] + 1 + trie.below[i], lo, False)
     return at
 
 
-def _place_prefix(pb: _Builder, prefix: Tokens, start: int, window: int, tree_end: int) -> None:
+def _place_prefix(pb: _Builder, prefix: Tokens, start: int, tree_end: int) -> None:
     """A chain of prefix tokens at positions start.. into the pass; earlier positions, if
     any, are in the cache."""
     base = pb.size
-    k = np.arange(len(prefix))
-    pb.add(len(prefix), np.fromiter(prefix, np.int32, len(prefix)), start + k, base,
-           base + np.maximum(k - window + 1, 0), tree_end)
+    pb.chain(prefix, start, base, tree_end, base, start == 0)
 
 
 def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
     passes: list[Pass] = []
     outputs: list[Output] = []
     n_logits = n_lse = 0
-    packed = _Builder()
+    packed = _Builder(window)
 
     def read(pb: _Builder, ji: int, bi: int, at: dict[Tokens, int], branch) -> None:
         nonlocal n_logits, n_lse
@@ -156,28 +162,27 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
         if size <= budget:
             if packed.size + size > budget:
                 passes.append(packed.build())
-                packed = _Builder()
+                packed = _Builder(window)
             o = packed.size
-            _place_prefix(packed, job.prefix, 0, window, o + size)
+            _place_prefix(packed, job.prefix, 0, o + size)
             for bi, branch in enumerate(job.branches):
-                at = _place_branch(packed, branch, n_prefix, window, o)
+                at = _place_branch(packed, branch, n_prefix, o)
                 read(packed, ji, bi, at, branch)
             continue
         if packed.size:  # passes run, and outputs are read, in order
             passes.append(packed.build())
-            packed = _Builder()
+            packed = _Builder(window)
         for s in range(0, n_prefix, budget):  # through the cache
-            chunk = _Builder("write")
-            _place_prefix(chunk, job.prefix[s:s + budget], s, window,
-                          len(job.prefix[s:s + budget]))
+            chunk = _Builder(window, "write")
+            _place_prefix(chunk, job.prefix[s:s + budget], s, len(job.prefix[s:s + budget]))
             passes.append(chunk.build())
-        group = _Builder("read")
+        group = _Builder(window, "read")
         for bi, branch in enumerate(job.branches):
             cost = len(branch.suffix) + len(_trie(branch.candidates).nodes) - 1
             if group.size and group.size + cost > budget:
                 passes.append(group.build())
-                group = _Builder("read")
-            at = _place_branch(group, branch, n_prefix, window, None)
+                group = _Builder(window, "read")
+            at = _place_branch(group, branch, n_prefix, None)
             read(group, ji, bi, at, branch)
         passes.append(group.build())
     if packed.size:

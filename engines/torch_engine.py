@@ -113,8 +113,8 @@ class TorchEngine:
                 elif kind is None:
                     with torch.inference_mode():
                         self._run(layout)
-                logits = self._logits[:layout.n_logits].cpu().numpy()
-                lse = self._lse[:layout.n_lse].cpu().numpy()
+                both = torch.cat([self._logits[:layout.n_logits], self._lse[:layout.n_lse]])
+                logits, lse = np.split(both.cpu().numpy(), [layout.n_logits])  # one sync
             except torch.OutOfMemoryError as e:
                 raise EngineOutOfMemory(f"the torch engine ran out of memory: {e}") from e
             except _DEVICE_ERROR as e:  # a CUDA error: this context is done for

@@ -124,8 +124,9 @@ def _blocks(m: int, k: int, group: int) -> Blocks:
     bk = ([b for b in fits if b <= 64] or fits)[0]
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
         return 16, 64, fits[0], 4, 3
-    # few M blocks: each program dequantizes its weight tile once for up to 128 rows
-    return (64 if m <= 64 else 128), 64, bk, 4, 3
+    if m <= 256:  # enough programs to fill the GPU
+        return 32, 64, bk, 4, 3
+    return 128, 64, bk, 4, 3
 
 
 def dequantize_triton(w: QWeight, dtype: torch.dtype) -> torch.Tensor:

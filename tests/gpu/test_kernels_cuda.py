@@ -79,7 +79,8 @@ def test_qmatmul_full_vocabulary_head_and_label_rows(m):
     rows = w.rows(torch.randint(0, 262144, (37,), device=DEV))
     close(qmatmul_triton(x, rows), qm.qmatmul(x.float(), rows))
     want = torch.logsumexp(qm.qmatmul(x.float(), w), -1)
-    torch.testing.assert_close(qm.qmatmul_logsumexp(x, w), want, rtol=0, atol=0.05)
+    # bf16 weight tiles in the dot: 7e-4 relative measured on logsumexps of about 120
+    torch.testing.assert_close(qm.qmatmul_logsumexp(x, w), want, rtol=2e-3, atol=0.01)
 
 
 ATTENTION = {  # Gemma 3 270M/1B: 4 query heads, 1 KV head, head dim 256, window 512
