@@ -139,8 +139,9 @@ def pack(raw: np.ndarray, qtype: gguf.GGMLQuantizationType, rows: int, name: str
         return _dense(raw, qtype)
     packer = _PACKERS.get(qtype)
     if packer is None:
+        supported = ", ".join(t.name for t in (*_DENSE, *_PACKERS))
         raise ValueError(f"tensor {name!r} has GGML type {qtype.name}, which this engine cannot "
-                         f"hold exactly; supported: {', '.join(t.name for t in (*_DENSE, *_PACKERS))}")
+                         f"hold exactly; supported: {supported}")
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     return packer(np.ascontiguousarray(raw).reshape(-1, size), rows)
 

@@ -10,14 +10,14 @@ cache, then its branches, in passes that read it (their trees rooted at the suff
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from .base import ScoreJob, Tokens, label_trie
 
-IDS, POS, LO_FULL, LO_SLIDE, END = range(5)  # the rows of Pass.meta
+IDS, POS, LO_FULL, LO_SLIDE, END = range(5)  # the rows of Pass.meta()
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,17 +32,6 @@ class Output:
     lse_at: int  # offset of its logsumexp, -1 below the answer position
 
 
-@dataclass(slots=True)
-class Pass:
-    meta: np.ndarray  # int32 [5, T]: ids, pos, lo_full, lo_slide, end
-    rows: list[int] = field(default_factory=list)  # token read per output, in output order
-    cache: str = ""  # "" packed trees; "write" a prefix chunk; "read" branches after one
-
-    @property
-    def tokens(self) -> int:
-        return self.meta.shape[1]
-
-
 @dataclass(frozen=True, slots=True)
 class Plan:
     passes: list[Pass]
@@ -51,39 +40,47 @@ class Plan:
     n_lse: int
 
 
-class _Builder:
-    """One pass's tokens as chains (each token the parent of the next), described in
-    Python and turned into columns by a few numpy operations for the whole pass."""
+class Pass:
+    """One pass's tokens as chains (each token the parent of the next): described in
+    Python while planning, turned into columns by `meta()` (a few numpy operations for
+    the whole pass) when it runs, so the engine builds one pass while the GPU runs the
+    one before."""
 
     def __init__(self, window: int, cache: str = "") -> None:
-        self.window, self.cache = window, cache
-        self.tokens: list[Tokens] = []
-        self.chains: list[tuple[int, int, int, int, int]] = []
-        self.rows: list[int] = []
-        self.size = 0
+        self.window = window
+        self.cache = cache  # "" packed trees; "write" a prefix chunk; "read" branches after
+        self.rows: list[int] = []  # the token read by each output, in output order
+        self.tokens = 0
+        self._ids: list[Tokens] = []
+        self._chains: list[tuple[int, int, int, int, int]] = []
 
-    def chain(self, tokens: Tokens, pos0: int, lo_full: int, end: int, before: int,
+    def chain(self, ids: Tokens, pos0: int, lo_full: int, end: int, before: int,
               follow: bool) -> None:
         """Tokens at positions pos0.. A token whose window reaches back past pos0 sees from
         in-pass index `before` + (its oldest visible position, if follow: the prefix chain
         laid out from index `before`; else `before` itself)."""
-        self.tokens.append(tokens)
-        self.chains.append((pos0, lo_full, end, before, int(follow)))
-        self.size += len(tokens)
+        self._ids.append(ids)
+        self._chains.append((pos0, lo_full, end, before, int(follow)))
+        self.tokens += len(ids)
 
-    def build(self) -> Pass:
-        n = np.fromiter(map(len, self.tokens), np.int64, len(self.tokens))
+    @property
+    def starts_sequence(self) -> bool:
+        """Whether its first token is at position 0 (a prefix chunk: the cache starts anew)."""
+        return bool(self._chains) and self._chains[0][0] == 0
+
+    def meta(self) -> np.ndarray:
+        """int32 [5, T]: ids, pos, lo_full, lo_slide, end."""
+        n = np.fromiter(map(len, self._ids), np.int64, len(self._ids))
         starts = np.cumsum(n) - n
         chain = np.repeat(np.arange(len(n)), n)
-        pos0, lo_full, end, before, follow = np.array(self.chains, np.int64)[chain].T
+        pos0, lo_full, end, before, follow = np.array(self._chains, np.int64)[chain].T
         start = starts[chain]
-        pos = pos0 + np.arange(self.size) - start
+        pos = pos0 + np.arange(self.tokens) - start
         oldest = pos - self.window + 1
         lo_slide = np.where(oldest >= pos0, start + oldest - pos0,
                             before + np.maximum(oldest, 0) * follow)
-        ids = np.fromiter((t for ts in self.tokens for t in ts), np.int64, self.size)
-        meta = np.stack([ids, pos, lo_full, lo_slide, end]).astype(np.int32)
-        return Pass(meta, self.rows, self.cache)
+        ids = np.fromiter((t for ts in self._ids for t in ts), np.int64, self.tokens)
+        return np.stack([ids, pos, lo_full, lo_slide, end]).astype(np.int32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +105,11 @@ def _tree_size(job: ScoreJob) -> int:
                                  for b in job.branches)
 
 
-def _place_branch(pb: _Builder, branch, n_prefix: int, prefix_at: int | None) -> dict:
+def _place_branch(pb: Pass, branch, n_prefix: int, prefix_at: int | None) -> dict:
     """Append one branch (suffix chain, then its trie nodes) to the pass; returns each trie
     node's row. prefix_at: the in-pass index of the prefix's position 0, or None when the
     prefix is in the cache (then the branch's own root is the oldest token it sees here)."""
-    base = pb.size
+    base = pb.tokens
     trie = _trie(branch.candidates)
     n_suffix = len(branch.suffix)
     last = n_prefix + n_suffix - 1  # position of the answer
@@ -134,10 +131,10 @@ def _place_branch(pb: _Builder, branch, n_prefix: int, prefix_at: int | None) ->
     return at
 
 
-def _place_prefix(pb: _Builder, prefix: Tokens, start: int, tree_end: int) -> None:
+def _place_prefix(pb: Pass, prefix: Tokens, start: int, tree_end: int) -> None:
     """A chain of prefix tokens at positions start.. into the pass; earlier positions, if
     any, are in the cache."""
-    base = pb.size
+    base = pb.tokens
     pb.chain(prefix, start, base, tree_end, base, start == 0)
 
 
@@ -145,9 +142,9 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
     passes: list[Pass] = []
     outputs: list[Output] = []
     n_logits = n_lse = 0
-    packed = _Builder(window)
+    packed = Pass(window)
 
-    def read(pb: _Builder, ji: int, bi: int, at: dict[Tokens, int], branch) -> None:
+    def read(pb: Pass, ji: int, bi: int, at: dict[Tokens, int], branch) -> None:
         nonlocal n_logits, n_lse
         allowed = _trie(branch.candidates).allowed
         for path in sorted(allowed, key=len):  # root first, as every engine reports them
@@ -160,31 +157,31 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
         size = _tree_size(job)
         n_prefix = len(job.prefix)
         if size <= budget:
-            if packed.size + size > budget:
-                passes.append(packed.build())
-                packed = _Builder(window)
-            o = packed.size
+            if packed.tokens + size > budget:
+                passes.append(packed)
+                packed = Pass(window)
+            o = packed.tokens
             _place_prefix(packed, job.prefix, 0, o + size)
             for bi, branch in enumerate(job.branches):
                 at = _place_branch(packed, branch, n_prefix, o)
                 read(packed, ji, bi, at, branch)
             continue
-        if packed.size:  # passes run, and outputs are read, in order
-            passes.append(packed.build())
-            packed = _Builder(window)
+        if packed.tokens:  # passes run, and outputs are read, in order
+            passes.append(packed)
+            packed = Pass(window)
         for s in range(0, n_prefix, budget):  # through the cache
-            chunk = _Builder(window, "write")
+            chunk = Pass(window, "write")
             _place_prefix(chunk, job.prefix[s:s + budget], s, len(job.prefix[s:s + budget]))
-            passes.append(chunk.build())
-        group = _Builder(window, "read")
+            passes.append(chunk)
+        group = Pass(window, "read")
         for bi, branch in enumerate(job.branches):
             cost = len(branch.suffix) + len(_trie(branch.candidates).nodes) - 1
-            if group.size and group.size + cost > budget:
-                passes.append(group.build())
-                group = _Builder(window, "read")
+            if group.tokens and group.tokens + cost > budget:
+                passes.append(group)
+                group = Pass(window, "read")
             at = _place_branch(group, branch, n_prefix, None)
             read(group, ji, bi, at, branch)
-        passes.append(group.build())
-    if packed.size:
-        passes.append(packed.build())
+        passes.append(group)
+    if packed.tokens:
+        passes.append(packed)
     return Plan(passes, outputs, n_logits, n_lse)

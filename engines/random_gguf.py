@@ -1,5 +1,6 @@
 """Random Gemma 3 models written as GGUF files: tiny ones for exact-math tests, real shapes
-(SHAPES) for speed, which does not depend on weight values. gguf 0.19 quantizes Q4_0/Q4_1/Q5_0/Q8_0 but not the K types: those are written as
+(SHAPES) for speed, which does not depend on weight values. gguf 0.19 quantizes
+Q4_0/Q4_1/Q5_0/Q8_0 but not the K types: those are written as
 random raw blocks, every byte random except the fp16 scales (kept finite and small).
 Q5_K is here only to test its refusal."""
 

@@ -30,7 +30,7 @@ from .faults import begin_pass
 from .gemma3 import Gemma3, Gemma3Config
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
-from .passes import POS, Plan, plan
+from .passes import Plan, plan
 from .vocab import Vocab
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
@@ -137,67 +137,73 @@ class TorchEngine:
             self._lse[:n_lse].fill_(SENTINEL)
 
     def _run(self, layout: Plan) -> None:
-        """Every pass, then the head at the outputs. Host arrays go up in one copy."""
+        """Every pass, then the head at the outputs. Each pass's columns are built and sent
+        while the GPU runs the pass before it."""
         graphs = self._graphs
-        arrays = []  # per pass: meta (padded to its graph's size), rows
-        for p in layout.passes:
-            size = graphs.bucket(p.tokens) if graphs is not None and not p.cache else None
-            arrays += [pad(p.meta, size) if size else p.meta, np.asarray(p.rows, np.int32)]
+        sizes = [(graphs.bucket(p.tokens) if graphs is not None and not p.cache else None)
+                 or p.tokens for p in layout.passes]
         outs = layout.outputs
         label_rows = sorted({t for o in outs for t in o.allowed})
         col = {t: i for i, t in enumerate(label_rows)}
         # flat index into the [outputs, label rows] logits of each value the buffer holds
         src = [a * len(label_rows) + col[t] for a, o in enumerate(outs) for t in o.allowed]
         roots = [a for a, o in enumerate(outs) if o.lse_at >= 0]
-        arrays += [np.asarray(x, np.int32) for x in (label_rows, src, roots)]
-        dev = self._staging.upload(arrays)
+        self._staging.begin(sum(5 * n for n in sizes) + len(outs) + len(label_rows) + len(src)
+                            + len(roots))
         hidden = torch.empty(len(outs), self.model.cfg.hidden, dtype=self.dtype,
                              device=self.device)
         at = 0
-        for i, p in enumerate(layout.passes):
-            meta, rows = dev[2 * i], dev[2 * i + 1]
-            if p.cache == "write" and p.meta[POS, 0] == 0:
+        for p, size in zip(layout.passes, sizes, strict=True):
+            meta = p.meta()
+            meta = self._staging.put(pad(meta, size) if size != p.tokens else meta)
+            rows = self._staging.put(np.asarray(p.rows, np.int32))
+            if p.cache == "write" and p.starts_sequence:
                 self.cache.clear()
             if p.cache:
                 h = self.model(meta, self.cache, write=p.cache == "write")
                 if p.cache == "write":
                     self.cache.advance(p.tokens)
-            elif graphs is not None and meta.shape[1] in graphs.sizes:
+            elif graphs is not None and size in graphs.sizes:
                 h = graphs.run(meta)
             else:
                 h = self.model(meta)
-            if len(p.rows):
+            if p.rows:
                 torch.index_select(h, 0, rows.long(), out=hidden[at:at + len(p.rows)])
                 at += len(p.rows)
-        label_rows, src, roots = (x.long() for x in dev[-3:])
+        label_rows, src, roots = (self._staging.put(np.asarray(x, np.int32)).long()
+                                  for x in (label_rows, src, roots))
         self._logits[:len(src)] = self.model.head(hidden, label_rows).view(-1)[src]
         self._lse[:len(roots)] = self.model.logsumexp(hidden[roots])
 
 
 class _Staging:
-    """One pinned host buffer and one device buffer for a call's int32 arrays: a single
-    host-to-device copy per score call. Reused across calls: each call ends reading its
-    results back, so no copy is in flight when the next one writes the host side."""
+    """A pinned host buffer and a device buffer for a call's int32 arrays. Each array
+    goes up by its own asynchronous copy, to its own region: nothing in flight is
+    overwritten within a call, and each call ends reading its results back, so none is
+    in flight when the next begins."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.host = torch.empty(0, dtype=torch.int32)
         self.dev = torch.empty(0, dtype=torch.int32, device=device)
+        self.at = 0
 
-    def upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
-        n = sum(a.size for a in arrays)
+    def begin(self, n: int) -> None:
+        """Room for n int32 values this call."""
         if self.host.numel() < n:
             size = max(n, 2 * self.host.numel())
             self.host = torch.empty(size, dtype=torch.int32,
                                     pin_memory=self.device.type == "cuda")
             self.dev = torch.empty(size, dtype=torch.int32, device=self.device)
-        np.concatenate([a.ravel() for a in arrays], out=self.host.numpy()[:n])
-        self.dev[:n].copy_(self.host[:n], non_blocking=True)
-        views, at = [], 0
-        for a in arrays:
-            views.append(self.dev[at:at + a.size].view(a.shape))
-            at += a.size
-        return views
+        self.at = 0
+
+    def put(self, a: np.ndarray) -> torch.Tensor:
+        """a on the device (a view of the device buffer, shaped as a)."""
+        n, at = a.size, self.at
+        self.host.numpy()[at:at + n] = a.ravel()
+        self.dev[at:at + n].copy_(self.host[at:at + n], non_blocking=True)
+        self.at += n
+        return self.dev[at:at + n].view(a.shape)
 
 
 def _results(jobs: Sequence[ScoreJob], layout: Plan, logits: np.ndarray,

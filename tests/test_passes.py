@@ -65,7 +65,7 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget):
     def check(ids, parents, pos, rows):
         nonlocal at, row
         n = len(ids)
-        meta = p.meta[:, at:at + n]
+        meta = p.meta()[:, at:at + n]
         lo_full, end = tree_bounds(parents, pos, None)
         lo_slide, _ = tree_bounds(parents, pos, window)
         assert meta[IDS].tolist() == ids and meta[POS].tolist() == pos
@@ -83,7 +83,7 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget):
             check(*whole)
             continue
         chunks = [next(passes) for _ in range(0, len(job.prefix), budget)]
-        got = np.concatenate([c.meta for c in chunks], 1)
+        got = np.concatenate([c.meta() for c in chunks], 1)
         assert all(c.cache == "write" for c in chunks)
         assert got[IDS].tolist() == list(job.prefix)
         assert got[POS].tolist() == list(range(len(job.prefix)))
