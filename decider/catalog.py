@@ -99,14 +99,20 @@ class Catalog:
         self.cache_dir = cache_dir or default_cache_dir()
 
     def get(self, name: str) -> ModelEntry:
-        """The entry called `name`; a path to a .gguf file is an entry of its own."""
+        """The entry called `name`; a path to a .gguf file, or to a Hugging Face checkpoint
+        directory (config.json beside its safetensors: the torch engine reads those), is
+        an entry of its own."""
         if name in self.entries:
             return self.entries[name]
-        if name.endswith(".gguf") and Path(name).is_file():
-            return ModelEntry(name=Path(name).stem, source="file", path=str(Path(name)))
+        path = Path(name)
+        if name.endswith(".gguf") and path.is_file():
+            return ModelEntry(name=path.stem, source="file", path=str(path))
+        if (path / "config.json").is_file():
+            return ModelEntry(name=path.resolve().name, source="file", path=str(path),
+                              engine="triton")
         raise ModelNotFound(
             f"unknown model {name!r}; known: {', '.join(sorted(self.entries))} "
-            "(or give a path to a .gguf file)",
+            "(or give a path to a .gguf file or a checkpoint directory)",
             model=name,
         )
 
@@ -118,12 +124,13 @@ class Catalog:
         return self.cache_dir / "huggingface" / entry.repo / entry.file
 
     def is_present(self, entry: ModelEntry) -> bool:
-        return self.local_path(entry).is_file()
+        path = self.local_path(entry)
+        return path.is_file() or (entry.source == "file" and path.is_dir())
 
     def locate(self, entry: ModelEntry) -> Path:
         """The model file, assembling a PyPI-shipped one on first use; never downloads."""
         path = self.local_path(entry)
-        if path.is_file():
+        if self.is_present(entry):
             return path
         if entry.source == "pypi":
             return self._assemble(entry, path)

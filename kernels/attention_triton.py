@@ -1,10 +1,12 @@
 """Prefill attention over a pass of token trees: Triton kernel of the contract in
 attention.py (online softmax, fp32 accumulation).
 
-One program per block of queries and query head. Its keys run from the smallest lo[i] of
-the block to its last query, so a packed pass costs each block only its own sequence
-(and, in a sliding layer, its window); the (lo, end) test does the rest. A cached prefix,
-when given, is read first, straight from the cache's slots.
+One program per block of rows and key/value head, a row being one query token at one of
+the query heads sharing that key/value head (GQA): each key/value tile is loaded once
+for all of them. Its keys run from the smallest lo[i] of the block to its last token, so
+a packed pass costs each block only its own sequence (and, in a sliding layer, its
+window); the (lo, end) test does the rest. A cached prefix, when given, is read first,
+straight from the cache's slots.
 """
 
 from __future__ import annotations
@@ -48,13 +50,14 @@ def _attention_kernel(
     HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_m, head = tl.program_id(0), tl.program_id(1)
-    kv_head = head // GROUP
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid_m, kv_head = tl.program_id(0), tl.program_id(1)
+    r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows: (token, query head of the group)
+    rm = r // GROUP
+    head = kv_head * GROUP + r % GROUP
     rd = tl.arange(0, BLOCK_D)
     m_ok = rm < T
     d_ok = rd < HEAD_DIM
-    q = tl.load(q_ptr + rm[:, None] * stride_qt + head * stride_qh + rd[None, :],
+    q = tl.load(q_ptr + rm[:, None] * stride_qt + head[:, None] * stride_qh + rd[None, :],
                 mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # [BM, BD]
     lo = tl.load(lo_ptr + rm, mask=m_ok, other=T)
 
@@ -77,7 +80,7 @@ def _attention_kernel(
                 cv_ptr + rn[:, None] * stride_cvt + kv_head * stride_cvh + rd[None, :],
                 kv_mask, ok, qk_scale, m_i, l_i, acc, IEEE)
     first = (tl.min(lo, 0) // BLOCK_N) * BLOCK_N
-    last = tl.minimum(pid_m * BLOCK_M + BLOCK_M, T)
+    last = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // GROUP + 1, T)
     for n0 in range(first, last, BLOCK_N):
         rn = n0 + tl.arange(0, BLOCK_N)
         n_ok = rn < T
@@ -91,7 +94,7 @@ def _attention_kernel(
             kv_mask, ok, qk_scale, m_i, l_i, acc, IEEE)
     # every query sees itself; padding rows divide by 1
     out = acc / tl.where(m_ok, l_i, 1.0)[:, None]
-    tl.store(o_ptr + rm[:, None] * stride_ot + head * stride_oh + rd[None, :],
+    tl.store(o_ptr + rm[:, None] * stride_ot + head[:, None] * stride_oh + rd[None, :],
              out.to(o_ptr.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
 
 
@@ -144,9 +147,10 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         return out
     block_d = max(16, triton.next_power_of_2(d))
     block_n = 32 if block_d > 128 else 64
-    # short passes: narrow query blocks, for enough programs to fill the GPU
-    block_m = 16 if t <= 256 else 32 if t <= 1024 else 64
-    _attention_kernel[(triton.cdiv(t, block_m), hq)](
+    rows = t * (hq // hkv)
+    # short passes: narrow blocks, for enough programs to fill the GPU
+    block_m = 16 if rows <= 1024 else 32 if rows <= 4096 else 64
+    _attention_kernel[(triton.cdiv(rows, block_m), hkv)](
         q, k, v, out, lo, end, ck, cv, cpos, q_pos,
         t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),

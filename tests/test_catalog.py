@@ -167,3 +167,15 @@ def test_a_gguf_path_is_a_model_of_its_own(model_path, tmp_path):
     entry = cat.get(str(model_path))
     assert entry == ModelEntry(name=model_path.stem, source="file", path=str(model_path))
     assert cat.locate(entry) == model_path
+
+
+def test_a_checkpoint_directory_is_a_model_for_the_torch_engine(tmp_path):
+    cat = Catalog(user_file=tmp_path / "none.toml", cache_dir=tmp_path)
+    ckpt = tmp_path / "gemma-w4a16"
+    ckpt.mkdir()
+    with pytest.raises(ModelNotFound, match="checkpoint directory"):
+        cat.get(str(ckpt))  # no config.json: not a checkpoint
+    (ckpt / "config.json").write_text("{}")
+    entry = cat.get(str(ckpt))
+    assert (entry.name, entry.source, entry.engine) == ("gemma-w4a16", "file", "triton")
+    assert cat.locate(entry) == ckpt
