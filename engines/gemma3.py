@@ -192,6 +192,10 @@ class Gemma3(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, i, t, dtype) for i in range(cfg.layers))
         self.register_buffer("norm", torch.from_numpy(np.array(t["output_norm.weight"],
                                                                 np.float32)))
+        # Gemma scales embeddings by sqrt(hidden), rounded to the activation dtype as in
+        # transformers; the residual stream itself is kept in fp32 (the sublayers' inputs
+        # and outputs are in `dtype`): bf16 rounding of the stream is the largest error
+        # source otherwise, and it costs one [T, hidden] fp32 buffer
         self.embed_scale = torch.tensor(math.sqrt(cfg.hidden), dtype=dtype)
         n = n_ctx or cfg.n_ctx_train
         for name, tables in (("local", rope_tables(n, cfg.head_dim, cfg.rope_local)),
@@ -226,8 +230,8 @@ class Gemma3(nn.Module):
             x = embed(self.embedding, ids, self.dtype)
         else:
             x = self.embedding[ids]
-        x = x * self.embed_scale
-        h = rms_norm(x, self.blocks[0].attn_norm, self.cfg.eps)
+        x = (x * self.embed_scale).float()
+        h = rms_norm(x, self.blocks[0].attn_norm, self.cfg.eps, self.dtype)
         rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
         for i, block in enumerate(self.blocks):
             norm_next = self.blocks[i + 1].attn_norm if i + 1 < len(self.blocks) else self.norm

@@ -19,22 +19,24 @@ def _cuda(x: torch.Tensor):
     return None
 
 
-def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """x [T, N] -> x / rms(x) * w, in x.dtype."""
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float,
+             dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [T, N] -> x / rms(x) * w, in `dtype` (default x.dtype)."""
     if (k := _cuda(x)) is not None:
-        return k.rms_norm(x, w, eps)
+        return k.rms_norm(x, w, eps, dtype)
     xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(dtype or x.dtype)
 
 
 def add_rms_norm(x: torch.Tensor, y: torch.Tensor, w_y: torch.Tensor, w_next: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """A sublayer's end and the next one's start: x + norm(y) (the residual stream, in
-    x.dtype) and its norm by w_next (the next sublayer's input)."""
+    x.dtype; norm(y) rounded to y.dtype first) and its norm by w_next, in y.dtype (the
+    next sublayer's input)."""
     if (k := _cuda(x)) is not None:
         return k.add_rms_norm(x, y, w_y, w_next, eps)
     x = x + rms_norm(y, w_y, eps)
-    return x, rms_norm(x, w_next, eps)
+    return x, rms_norm(x, w_next, eps, y.dtype)
 
 
 def rope_tables(n: int, dim: int, base: float, scale: float = 1.0) -> tuple[torch.Tensor,

@@ -34,8 +34,8 @@ def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, xo_ptr, h_ptr, N, stride_
     x = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0).to(tl.float32)
     wy = tl.load(wy_ptr + c, mask=mask, other=0.0)
     wn = tl.load(wn_ptr + c, mask=mask, other=0.0)
-    # the residual stream is rounded to its dtype before the next norm reads it, as in torch
-    x = (x + _norm(y, wy, mask, N, eps).to(xo_ptr.dtype.element_ty).to(tl.float32))
+    # norm(y) rounded to y's dtype and the stream to its own, as the torch reference does
+    x = (x + _norm(y, wy, mask, N, eps).to(y_ptr.dtype.element_ty).to(tl.float32))
     x = x.to(xo_ptr.dtype.element_ty)
     tl.store(xo_ptr + row * N + c, x, mask=mask)
     h = _norm(x.to(tl.float32), wn, mask, N, eps)
@@ -88,11 +88,12 @@ def _weight(w: torch.Tensor, n: int, name: str) -> None:
         raise ValueError(f"{name} must be contiguous fp32 [{n}]")
 
 
-def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float,
+             dtype: torch.dtype | None = None) -> torch.Tensor:
     n = w.shape[0]
     _rows(x, n, "x")
     _weight(w, n, "w")
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
     if len(x):
         _rms_norm_kernel[(len(x),)](x, w, out, n, x.stride(0), out.stride(0), eps,
                                     BLOCK=triton.next_power_of_2(n))
@@ -107,8 +108,10 @@ def add_rms_norm(x, y, w_y, w_next, eps):
     _weight(w_next, n, "w_next")
     if y.shape != x.shape:
         raise ValueError(f"x and y differ: {tuple(x.shape)} vs {tuple(y.shape)}")
+    if x.dtype != torch.float32 and x.dtype != y.dtype:
+        raise ValueError(f"x must be fp32 or y's dtype, got {x.dtype} and {y.dtype}")
     x_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    h = torch.empty_like(x_out)
+    h = torch.empty(x.shape, dtype=y.dtype, device=x.device)
     if len(x):
         _add_rms_norm_kernel[(len(x),)](x, y, w_y, w_next, x_out, h, n, x.stride(0),
                                         y.stride(0), eps, BLOCK=triton.next_power_of_2(n))

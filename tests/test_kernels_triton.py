@@ -159,3 +159,21 @@ def test_logsumexp_head_never_writing_the_logits(m):
     w = random_qweight(1000, 64, 8, 32)  # 16 column blocks, the last ragged
     x = torch.randn(m, 64)
     close(qmt.qmatmul_logsumexp(x, w), qm.qmatmul_logsumexp(x, w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_norms_keep_an_fp32_residual_stream_beside_low_precision_sublayers(dtype):
+    """The engine's bf16 layout: the stream fp32, sublayer outputs and norms in dtype."""
+    x, y = torch.randn(9, 40), torch.randn(9, 40).to(dtype)
+    w1, w2 = torch.rand(40) + 0.5, torch.rand(40) + 0.5  # |norm(y) * w| < 8
+    got = fused_triton.add_rms_norm(x, y, w1, w2, 1e-6)
+    want = fused.add_rms_norm(x, y, w1, w2, 1e-6)
+    assert (got[0].dtype, got[1].dtype) == (torch.float32, dtype) == (want[0].dtype,
+                                                                       want[1].dtype)
+    # the interpreter and torch may round norm(y) to dtype one unit apart: 2^-5 below 8
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.float(), w.float(), rtol=1e-2, atol=2 ** -5)
+    h = fused_triton.rms_norm(x, w1, 1e-6, dtype)
+    assert h.dtype == dtype
+    torch.testing.assert_close(h.float(), fused.rms_norm(x, w1, 1e-6, dtype).float(),
+                               rtol=1e-2, atol=1e-2)
