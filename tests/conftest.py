@@ -12,6 +12,20 @@ import pytest
 from decider.catalog import Catalog
 
 
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+# Without a GPU the Triton kernels are tested in Triton's interpreter, which must be on
+# before anything imports triton (transformers does, for the reference engine).
+if not _cuda():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     """A private cache for the run: the embedded model is assembled into it once."""
