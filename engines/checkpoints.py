@@ -41,8 +41,7 @@ import numpy as np
 from .gemma3 import LOCAL_ROPE_BASE, SLIDING_PATTERN, Gemma3Config
 from .gguf_weights import GGUFModel, Packed, Weight
 
-# transformers parameter (after "layers.N.") -> GGUF tensor (after "blk.N."): the inverse
-# of reference._NAMES
+# transformers parameter (after "layers.N.") -> GGUF tensor (after "blk.N.")
 HF_NAMES = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",

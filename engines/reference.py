@@ -22,7 +22,7 @@ from transformers.initialization import no_init_weights
 from decider.errors import ConfigError, EngineFailure
 
 from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows, label_trie
-from .checkpoints import has_tokenizer, read_model
+from .checkpoints import HF_NAMES, has_tokenizer, read_model
 from .faults import begin_pass
 from .gemma3 import SLIDING_PATTERN, Gemma3Config
 from .gguf_weights import GGUFModel
@@ -30,14 +30,7 @@ from .torch_engine import DEFAULT_N_CTX
 from .vocab import Vocab
 
 # GGUF tensor name (after "blk.N.") -> transformers parameter (after "model.layers.N.")
-_NAMES = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm", "attn_norm": "input_layernorm",
-    "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
-    "post_ffw_norm": "post_feedforward_layernorm", "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
-}
+_NAMES = {gguf: hf for hf, gguf in HF_NAMES.items()}
 
 
 def hf_config(cfg: Gemma3Config) -> Gemma3TextConfig:

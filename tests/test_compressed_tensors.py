@@ -103,12 +103,6 @@ def ckpt(request, tmp_path_factory):
     reference.close()
 
 
-def test_names_are_the_inverse_of_the_reference_engines():
-    from decider.engines.reference import _NAMES
-
-    assert {v: k for k, v in HF_NAMES.items()} == _NAMES
-
-
 def test_packed_weights_equal_the_librarys_decompression_bit_for_bit(ckpt, monkeypatch):
     scheme_name, path, _, _ = ckpt
     stored = load_file(path / "model.safetensors")
