@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
-from .errors import DeciderError, FieldViolation, InvalidRequest
+from .errors import DeciderError, FieldViolation, InvalidRequest, ModelNotFound
 from .questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo
 
 if TYPE_CHECKING:
@@ -353,15 +353,21 @@ def _bench_model_path(args: argparse.Namespace) -> str:
 
     from .catalog import Catalog
 
+    catalog = Catalog()
+    entry = catalog.get(args.model or catalog.default)
     if not args.shape:
-        catalog = Catalog()
-        return str(catalog.locate(catalog.get(args.model or catalog.default)))
+        return str(catalog.locate(entry))
     from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 
     if args.shape not in SHAPES:
         raise InvalidRequest([FieldViolation("--shape", f"one of {', '.join(SHAPES)}")])
+    try:  # the model's tokenizer goes along, so that the llama engine loads the file too
+        tokenizer = catalog.locate(entry)
+    except ModelNotFound:  # the torch engines need none
+        tokenizer = None
     path = f"{tempfile.mkdtemp()}/{args.shape}-random.gguf"
-    write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **SHAPES[args.shape])
+    write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, tokenizer_from=tokenizer,
+                      **SHAPES[args.shape])
     return path
 
 

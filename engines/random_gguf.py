@@ -57,11 +57,14 @@ Q4_K_M = {"token_embd": T.Q8_0, "attn_q": T.Q5_0, "attn_k": T.Q5_0, "attn_v": T.
 def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
                       hidden: int = 256, heads: int = 4, kv_heads: int = 2, head_dim: int = 64,
                       ffn: int = 512, vocab: int = 384, window: int = 16,
-                      n_ctx_train: int = 4096, types: dict[str, T] | None = None) -> Path:
+                      n_ctx_train: int = 4096, types: dict[str, T] | None = None,
+                      tokenizer_from: Path | None = None) -> Path:
     """A random Gemma 3 text model in GGUF. Every 6th layer is full attention (as in
     llama.cpp); norm weights are stored with the +1 folded in, as llama.cpp's converter
     writes Gemma norms. `types` maps a tensor suffix (attn_q, ffn_down, token_embd, ...)
-    to its GGML type; the defaults mix Q4_0, Q4_K, Q5_0, Q6_K, Q8_0 and F32."""
+    to its GGML type; the defaults mix Q4_0, Q4_K, Q5_0, Q6_K, Q8_0 and F32.
+    tokenizer_from: a GGUF whose tokenizer (of `vocab` tokens) to copy, so that llama.cpp
+    loads the model too (it refuses a GGUF without one)."""
     types = {"token_embd": T.Q8_0, "attn_q": T.Q5_0, "attn_k": T.Q4_0, "attn_v": T.Q8_0,
              "attn_output": T.Q4_K, "ffn_gate": T.Q4_1, "ffn_up": T.Q5_0, "ffn_down": T.Q6_K,
              **(types or {})}
@@ -77,7 +80,10 @@ def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1e6)
     w.add_sliding_window(window)
-    w.add_bos_token_id(2)
+    if tokenizer_from is None:
+        w.add_bos_token_id(2)
+    else:
+        _copy_tokenizer(w, Path(tokenizer_from), vocab)
 
     def add(name: str, kind: str, rows: int, cols: int) -> None:
         qtype = types.get(kind, T.F32)
@@ -107,3 +113,14 @@ def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _copy_tokenizer(w: gguf.GGUFWriter, source: Path, vocab: int) -> None:
+    fields = {k: f for k, f in gguf.GGUFReader(str(source)).fields.items()
+              if k.startswith("tokenizer.")}
+    n = len(fields["tokenizer.ggml.tokens"].data)
+    if n != vocab:
+        raise ValueError(f"{source}'s tokenizer has {n} tokens, the model {vocab}")
+    for key, field in fields.items():
+        sub = field.types[1] if len(field.types) > 1 else None
+        w.add_key_value(key, field.contents(), field.types[0], sub)

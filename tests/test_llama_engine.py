@@ -190,3 +190,26 @@ def test_the_window_is_checked_before_any_decode(model_path, fault_file):
         assert fault_file.exists()
     finally:
         e.close()
+
+
+def test_random_weights_with_the_real_tokenizer_load_in_llama_cpp(model_path, tmp_path):
+    """`decider bench --shape` writes random weights with the model's tokenizer, so the
+    llama engine runs the same work as the torch engines on them."""
+    from decider.engines.random_gguf import T, write_tiny_gemma3
+
+    path = write_tiny_gemma3(tmp_path / "r.gguf", np.random.default_rng(0), layers=2,
+                             hidden=64, heads=2, kv_heads=1, head_dim=32, ffn=128,
+                             vocab=262144, tokenizer_from=model_path,
+                             types={"attn_output": T.Q8_0, "ffn_down": T.Q8_0})  # K < 256
+    random = load_engine("llama", path, 256)
+    real = load_engine("llama", model_path, 256)
+    text = "Was the parcel late? (yes or no)"
+    assert random.tokenize(text) == real.tokenize(text)
+    [[result]] = random.score([ScoreJob((2, *random.tokenize(text)), (
+        Branch(tuple(random.tokenize("\nAnswer:")), ((3,), (4,))),))])
+    assert np.isfinite(result[0].logits).all()
+    random.close()
+    real.close()
+    with pytest.raises(ValueError, match="262144 tokens, the model 384"):
+        write_tiny_gemma3(tmp_path / "s.gguf", np.random.default_rng(0), vocab=384,
+                          tokenizer_from=model_path)
