@@ -84,6 +84,21 @@ class EngineInfo:
     sentinel: float | None = None  # value an unwritten row holds, when the engine poisons
 
 
+DEFAULT_N_CTX = 8192  # when neither the caller nor the catalog names a window
+
+
+def resolve_n_ctx(n_ctx: int | None, n_ctx_train: int) -> int:
+    """The per-sequence window to load: n_ctx, or the default within the trained context;
+    refused outside [32, trained context]."""
+    from decider.errors import ConfigError
+
+    n_ctx = n_ctx or min(DEFAULT_N_CTX, n_ctx_train)
+    if not 32 <= n_ctx <= n_ctx_train:
+        raise ConfigError(f"n_ctx must be in [32, {n_ctx_train}] (the model's trained "
+                          f"context), got {n_ctx}", n_ctx=n_ctx, n_ctx_train=n_ctx_train)
+    return n_ctx
+
+
 def check_windows(jobs: Sequence[ScoreJob], n_ctx: int) -> None:
     """Refuse, before any compute, a job whose longest sequence does not fit n_ctx."""
     from decider.errors import PromptTooLong

@@ -69,6 +69,17 @@ def read_model(path: str | Path, dense: bool = False) -> GGUFModel:
     return GGUFModel.read(path, dense=dense)
 
 
+def read_gemma3(path: Path, engine: str, dense: bool = False) -> tuple[GGUFModel, Gemma3Config]:
+    """read_model and the Gemma 3 config, or a ConfigError saying why `engine` cannot."""
+    from decider.errors import ConfigError
+
+    try:
+        model = read_model(path, dense)
+        return model, Gemma3Config.from_gguf(model)
+    except ValueError as e:  # a model this engine cannot run: say which and why
+        raise ConfigError(f"engine {engine!r} cannot load {path}: {e}", model_path=path) from e
+
+
 def has_tokenizer(model: GGUFModel) -> bool:
     """Whether the model's file holds a tokenizer: a GGUF's tokenizer.ggml.model, a
     checkpoint directory's tokenizer.json."""

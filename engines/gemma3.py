@@ -24,6 +24,7 @@ from .gguf_weights import GGUFModel, Packed
 from .kv_cache import KVCache
 from .passes import END, IDS, LO_FULL, LO_SLIDE, POS
 
+DTYPES = ("bfloat16", "float16", "float32")
 SLIDING_PATTERN = 6  # layer i is full attention when (i + 1) % 6 == 0
 LOCAL_ROPE_BASE = 10_000.0
 
@@ -78,6 +79,16 @@ class Gemma3Config:
             n_ctx_train=int(m["context_length"]),
             bos_id=int(model.meta.get("tokenizer.ggml.bos_token_id", 2)),
         )
+
+
+def activation_dtype(name: str) -> torch.dtype:
+    """The torch dtype an engine's `dtype` option names."""
+    if name not in DTYPES:
+        from decider.errors import ConfigError
+
+        raise ConfigError(f"dtype must be {', '.join(DTYPES[:-1])} or {DTYPES[-1]}, "
+                          f"got {name!r}")
+    return getattr(torch, name)
 
 
 class Linear(nn.Module):

@@ -29,14 +29,13 @@ import structlog
 from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, check_windows,
-                   label_trie)
+                   label_trie, resolve_n_ctx)
 from .faults import begin_pass
 
 log = structlog.get_logger("decider.engines.llama")
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
 PREFIX_SEQ = 0
-DEFAULT_N_CTX = 8192  # when neither the caller nor the catalog names a window
 
 # llama.cpp logs through one process-wide callback; model and context creation are
 # captured to read back what the context really allocated (KV cells, sizes).
@@ -134,14 +133,7 @@ class LlamaEngine:
             raise EngineFailure(f"llama.cpp could not load {path}", model_path=path)
         self._vocab = ll.llama_model_get_vocab(self._model)
         n_ctx_train = ll.llama_model_n_ctx_train(self._model)
-        n_ctx = n_ctx or min(DEFAULT_N_CTX, n_ctx_train)
-        if not 32 <= n_ctx <= n_ctx_train:
-            raise ConfigError(
-                f"n_ctx must be in [32, {n_ctx_train}] (the model's trained context), "
-                f"got {n_ctx}",
-                n_ctx=n_ctx,
-                n_ctx_train=n_ctx_train,
-            )
+        n_ctx = resolve_n_ctx(n_ctx, n_ctx_train)
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = cparams.n_ubatch = n_batch

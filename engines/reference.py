@@ -19,14 +19,14 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 from transformers.initialization import no_init_weights
 
-from decider.errors import ConfigError, EngineFailure
+from decider.errors import EngineFailure
 
-from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows, label_trie
-from .checkpoints import HF_NAMES, has_tokenizer, read_model
+from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows, label_trie,
+                   resolve_n_ctx)
+from .checkpoints import HF_NAMES, has_tokenizer, read_gemma3
 from .faults import begin_pass
-from .gemma3 import SLIDING_PATTERN, Gemma3Config
+from .gemma3 import SLIDING_PATTERN, Gemma3Config, activation_dtype
 from .gguf_weights import GGUFModel
-from .torch_engine import DEFAULT_N_CTX
 from .vocab import Vocab
 
 # GGUF tensor name (after "blk.N.") -> transformers parameter (after "model.layers.N.")
@@ -77,19 +77,11 @@ class ReferenceEngine:
         transformers" row of the GPU benchmarks."""
         if n_threads:
             torch.set_num_threads(n_threads)
-        if dtype not in ("bfloat16", "float16", "float32"):
-            raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {dtype!r}")
+        torch_dtype = activation_dtype(dtype)
         path = Path(model_path)
-        try:  # gguf's own dequantize (compressed-tensors' for a checkpoint), not our packing
-            gg = read_model(path, dense=True)
-            cfg = Gemma3Config.from_gguf(gg)
-        except ValueError as e:
-            raise ConfigError(f"engine 'reference' cannot load {path}: {e}",
-                              model_path=path) from e
-        n_ctx = n_ctx or min(DEFAULT_N_CTX, cfg.n_ctx_train)
-        if not 32 <= n_ctx <= cfg.n_ctx_train:
-            raise ConfigError(f"n_ctx must be in [32, {cfg.n_ctx_train}] (the model's trained "
-                              f"context), got {n_ctx}", n_ctx=n_ctx, n_ctx_train=cfg.n_ctx_train)
+        # gguf's own dequantize (compressed-tensors' for a checkpoint), not our packing
+        gg, cfg = read_gemma3(path, self.name, dense=True)
+        n_ctx = resolve_n_ctx(n_ctx, cfg.n_ctx_train)
         with no_init_weights():  # every weight is loaded next: skip the random init
             self.model = Gemma3ForCausalLM(hf_config(cfg)).eval()
         missing, unexpected = self.model.load_state_dict(state_dict(gg), strict=False,
@@ -98,7 +90,7 @@ class ReferenceEngine:
             raise EngineFailure(f"{path}: tensors do not match Gemma 3 "
                                 f"(missing {missing}, unexpected {unexpected})")
         self.model.tie_weights()
-        self.model.to(device=device, dtype=getattr(torch, dtype))
+        self.model.to(device=device, dtype=torch_dtype)
         self._device = torch.device(device)
         self._lock = threading.Lock()
         self._vocab = Vocab(path, has_tokenizer(gg))  # the llama engine's ids

@@ -23,18 +23,18 @@ import torch
 
 from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 
-from .base import BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows
-from .checkpoints import has_tokenizer, read_model
+from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows,
+                   resolve_n_ctx)
+from .checkpoints import has_tokenizer, read_gemma3
 from .cuda_graphs import GraphRunner, pad
 from .faults import begin_pass
-from .gemma3 import Gemma3, Gemma3Config
+from .gemma3 import Gemma3, activation_dtype
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
 from .passes import Plan, plan
 from .vocab import Vocab
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
-DEFAULT_N_CTX = 8192
 N_BATCH = {"cuda": 8192, "cpu": 512}  # default tokens per pass
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
 
@@ -51,20 +51,10 @@ class TorchEngine:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         # activations: bf16 on the GPU (tensor cores), fp32 elsewhere (exact against the
         # reference); the head's logits and logsumexp are computed in fp32 either way
-        name = dtype or ("bfloat16" if self.device.type == "cuda" else "float32")
-        if name not in ("bfloat16", "float16", "float32"):
-            raise ConfigError(f"dtype must be bfloat16, float16 or float32, got {name!r}")
-        self.dtype = getattr(torch, name)
-        try:
-            gg = read_model(path)  # a .gguf file or a checkpoint directory
-            cfg = Gemma3Config.from_gguf(gg)
-        except ValueError as e:  # a model this engine cannot run: say which and why
-            raise ConfigError(f"engine {self.name!r} cannot load {path}: {e}",
-                              model_path=path) from e
-        n_ctx = n_ctx or min(DEFAULT_N_CTX, cfg.n_ctx_train)
-        if not 32 <= n_ctx <= cfg.n_ctx_train:
-            raise ConfigError(f"n_ctx must be in [32, {cfg.n_ctx_train}] (the model's trained "
-                              f"context), got {n_ctx}", n_ctx=n_ctx, n_ctx_train=cfg.n_ctx_train)
+        self.dtype = activation_dtype(
+            dtype or ("bfloat16" if self.device.type == "cuda" else "float32"))
+        gg, cfg = read_gemma3(path, self.name)  # a .gguf file or a checkpoint directory
+        n_ctx = resolve_n_ctx(n_ctx, cfg.n_ctx_train)
         self._n_batch = n_batch or N_BATCH.get(self.device.type, N_BATCH["cpu"])
         if self._n_batch < 1:
             raise ConfigError(f"n_batch must be positive, got {self._n_batch}")
