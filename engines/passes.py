@@ -90,6 +90,7 @@ class _Trie:
     nodes: list[Tokens]  # paths, lexical order (pre-order)
     allowed: dict[Tokens, Tokens]
     below: list[int]  # descendants of each node
+    reported: list[Tokens]  # paths root first, the order every engine reports them in
 
 
 @lru_cache(maxsize=1024)  # jobs of one request type share their tries
@@ -97,12 +98,16 @@ def _trie(candidates: tuple[Tokens, ...]) -> _Trie:
     allowed = label_trie(candidates)
     nodes = sorted(allowed)
     below = [sum(1 for q in nodes[i + 1:] if q[:len(p)] == p) for i, p in enumerate(nodes)]
-    return _Trie(nodes, allowed, below)
+    return _Trie(nodes, allowed, below, sorted(allowed, key=len))
+
+
+def _branch_size(branch) -> int:
+    """Tokens a branch places: its suffix and its trie nodes below the root."""
+    return len(branch.suffix) + len(_trie(branch.candidates).nodes) - 1
 
 
 def _tree_size(job: ScoreJob) -> int:
-    return len(job.prefix) + sum(len(b.suffix) + len(_trie(b.candidates).nodes) - 1
-                                 for b in job.branches)
+    return len(job.prefix) + sum(map(_branch_size, job.branches))
 
 
 def _place_branch(pb: Pass, branch, n_prefix: int, prefix_at: int | None) -> dict:
@@ -146,8 +151,9 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
 
     def read(pb: Pass, ji: int, bi: int, at: dict[Tokens, int], branch) -> None:
         nonlocal n_logits, n_lse
-        allowed = _trie(branch.candidates).allowed
-        for path in sorted(allowed, key=len):  # root first, as every engine reports them
+        trie = _trie(branch.candidates)
+        allowed = trie.allowed
+        for path in trie.reported:
             outputs.append(Output(ji, bi, path, allowed[path], n_logits, -1 if path else n_lse))
             pb.rows.append(at[path])
             n_logits += len(allowed[path])
@@ -175,8 +181,7 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
             passes.append(chunk)
         group = Pass(window, "read")
         for bi, branch in enumerate(job.branches):
-            cost = len(branch.suffix) + len(_trie(branch.candidates).nodes) - 1
-            if group.tokens and group.tokens + cost > budget:
+            if group.tokens and group.tokens + _branch_size(branch) > budget:
                 passes.append(group)
                 group = Pass(window, "read")
             at = _place_branch(group, branch, n_prefix, None)
