@@ -108,8 +108,7 @@ class Linear(nn.Module):
         return self
 
     def nbytes(self) -> int:
-        return sum(w.nbytes() if isinstance(w, QWeight) else w.numel() * w.element_size()
-                   for w in self.parts)
+        return sum(map(_nbytes, self.parts))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if len(self.parts) == 1:
@@ -120,6 +119,10 @@ class Linear(nn.Module):
             _matmul(x, w, out[:, at:at + w.shape[0]])
             at += w.shape[0]
         return out
+
+
+def _nbytes(w: QWeight | torch.Tensor) -> int:
+    return w.nbytes() if isinstance(w, QWeight) else w.numel() * w.element_size()
 
 
 def _matmul(x: torch.Tensor, w: QWeight | torch.Tensor, out: torch.Tensor | None = None):
@@ -226,11 +229,9 @@ class Gemma3(nn.Module):
         return self
 
     def weight_bytes(self) -> int:
-        emb = self.embedding
         return (sum(m.nbytes() for m in self.modules() if isinstance(m, Linear))
-                + (emb.nbytes() if isinstance(emb, QWeight) else emb.numel() * emb.element_size())
-                + sum(x.numel() * x.element_size() for name, x in self.named_buffers()
-                      if "norm" in name))
+                + _nbytes(self.embedding)
+                + sum(_nbytes(x) for name, x in self.named_buffers() if "norm" in name))
 
     def forward(self, meta: torch.Tensor, cache: KVCache | None = None,
                 write: bool = False) -> torch.Tensor:

@@ -117,11 +117,24 @@ def _k_tiles(k: int, group: int) -> list[int]:
     return fits
 
 
+def _k_tile(k: int, group: int) -> int:
+    """The K tile of wide tiles: at most 64 where one fits."""
+    fits = _k_tiles(k, group)
+    return ([b for b in fits if b <= 64] or fits)[0]
+
+
+def _operands(w: QWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """codes, scale, offset as the kernels read them (the scale stands in for a missing
+    offset, which they do not read)."""
+    scale = w.scale.contiguous()
+    return w.codes.contiguous(), scale, scale if w.offset is None else w.offset.contiguous()
+
+
 def _blocks(m: int, k: int, group: int) -> Blocks:
     """Tiles for M rows, from the H200 sweep of scripts/bench_kernels.py on Gemma 3
     shapes (below LARGE_M; past it cuBLAS takes over)."""
     fits = _k_tiles(k, group)
-    bk = ([b for b in fits if b <= 64] or fits)[0]
+    bk = _k_tile(k, group)
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
         return 16, 64, fits[0], 4, 3
     if m <= 256:  # enough programs to fill the GPU
@@ -132,10 +145,9 @@ def _blocks(m: int, k: int, group: int) -> Blocks:
 def dequantize_triton(w: QWeight, dtype: torch.dtype) -> torch.Tensor:
     """[N, K] in `dtype`, one kernel."""
     n, k = w.shape
-    codes, scale = w.codes.contiguous(), w.scale.contiguous()
-    offset = w.offset.contiguous() if w.offset is not None else scale  # unread without offset
+    codes, scale, offset = _operands(w)
     out = torch.empty(n, k, dtype=dtype, device=codes.device)
-    bk = ([b for b in _k_tiles(k, w.group) if b <= 64] or _k_tiles(k, w.group))[0]
+    bk = _k_tile(k, w.group)
     _dequantize_kernel[(triton.cdiv(n, 64), k // bk)](
         codes, scale, offset, out, n, codes.stride(0), scale.stride(0), out.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None, BLOCK_N=64, BLOCK_K=bk)
@@ -192,8 +204,7 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight) -> torch.Tensor:
 def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool) -> None:
     m, k = x.shape
     n = w.shape[0]
-    codes, scale = w.codes.contiguous(), w.scale.contiguous()
-    offset = w.offset.contiguous() if w.offset is not None else scale  # unread without offset
+    codes, scale, offset = _operands(w)
     bm, bn, bk, warps, stages = blocks
     _qmatmul_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
         x, codes, scale, offset, y, z, m, n, k,
