@@ -101,11 +101,13 @@ def _attention_kernel(
 def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor,
                      end: torch.Tensor, scale: float, *, cache: tuple | None = None,
                      q_pos: torch.Tensor | None = None, window: int | None = None,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+                     out: torch.Tensor | None = None,
+                     blocks: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """q [T, Hq, D], k and v [T, Hkv, D] (any row and head strides, unit stride along D;
     views into one fused QKV output do), lo and end [T] int32 -> [T, Hq, D] in q.dtype.
     cache: (k [S, Hkv, D], v, pos [S]) with q_pos [T]; window: the sliding window, which
-    only the cache test needs (lo encodes it for the pass's own keys). Launches nothing
+    only the cache test needs (lo encodes it for the pass's own keys). blocks: (BLOCK_M,
+    BLOCK_N, warps, stages) instead of the built-in choice (for tuning). Launches nothing
     that syncs with the host, so a CUDA graph can hold it."""
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or k.shape[2] != q.shape[2] \
             or k.shape[0] != q.shape[0]:
@@ -146,10 +148,8 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
     if t == 0:
         return out
     block_d = max(16, triton.next_power_of_2(d))
-    block_n = 32 if block_d > 128 else 64
     rows = t * (hq // hkv)
-    # short passes: narrow blocks, for enough programs to fill the GPU
-    block_m = 16 if rows <= 1024 else 32 if rows <= 4096 else 64
+    block_m, block_n, warps, stages = blocks or _blocks(rows, block_d)
     _attention_kernel[(triton.cdiv(rows, block_m), hkv)](
         q, k, v, out, lo, end, ck, cv, cpos, q_pos,
         t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0,
@@ -157,7 +157,13 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         out.stride(0), out.stride(1), ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
         GROUP=hq // hkv, HEAD_DIM=d, HAS_CACHE=cache is not None,
         HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        num_warps=8 if block_d > 128 else 4,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
     )
     return out
+
+
+def _blocks(rows: int, block_d: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps, stages) for a pass of `rows` query rows."""
+    # short passes: narrow blocks, for enough programs to fill the GPU
+    block_m = 16 if rows <= 1024 else 32 if rows <= 4096 else 64
+    return block_m, 32 if block_d > 128 else 64, 8 if block_d > 128 else 4, 3

@@ -53,14 +53,20 @@ def _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn, k0, stride_cn, stride_sn,
 
 @triton.jit
 def _qmatmul_kernel(
-    x_ptr, codes_ptr, scale_ptr, offset_ptr, y_ptr, z_ptr,
+    x_ptr, codes_ptr, scale_ptr, offset_ptr, y_ptr, z_ptr, count_ptr,
     M, N, K,
     stride_xm, stride_cn, stride_sn, stride_ym,
     BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, IEEE: tl.constexpr,
-    LSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LSE: tl.constexpr, SPLIT_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """y = x @ W.T; or (LSE) per row and column block, the max of its logits in y and the
-    sum of their exp(logit - max) in z, at [row, program along N]."""
+    sum of their exp(logit - max) in z, at [row, program along N].
+
+    SPLIT_K > 1: program (m, n, s) sums the s-th K slice into z [SPLIT_K, M, N] (fp32)
+    and counts itself in count_ptr[tile]; the tile's last program adds the slices up in
+    a fixed order (the result does not depend on which program came last), writes y and
+    resets the count for the next launch."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -70,8 +76,10 @@ def _qmatmul_kernel(
     n_ok = rn < N
     # rows past N read row 0 instead of masking every load: their columns are never stored
     rn_safe = tl.where(n_ok, rn, 0)
+    k_slice = K // SPLIT_K  # the launcher picks BLOCK_K dividing it
+    k_first = tl.program_id(2) * k_slice
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):  # the launcher picks BLOCK_K dividing K
+    for k0 in range(k_first, k_first + k_slice, BLOCK_K):
         x = tl.load(x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :], mask=m_ok[:, None],
                     other=0.0)
         w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn_safe, k0, stride_cn, stride_sn,
@@ -81,15 +89,28 @@ def _qmatmul_kernel(
             acc = tl.dot(x, w, acc, input_precision="ieee")
         else:
             acc = tl.dot(x, w, acc)
+    mn_ok = m_ok[:, None] & n_ok[None, :]
     if LSE:
         s = tl.where(n_ok[None, :], acc, float("-inf"))
         top = tl.max(s, 1)
         tl.store(y_ptr + rm * stride_ym + pid_n, top, mask=m_ok)
         tl.store(z_ptr + rm * stride_ym + pid_n, tl.sum(tl.exp(s - top[:, None]), 1), mask=m_ok)
+    elif SPLIT_K == 1:
+        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+                 mask=mn_ok)
     else:
-        y = acc.to(y_ptr.dtype.element_ty)
-        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y,
-                 mask=m_ok[:, None] & n_ok[None, :])
+        part = rm[:, None] * N + rn[None, :]
+        tl.store(z_ptr + tl.program_id(2) * M * N + part, acc, mask=mn_ok)
+        tl.debug_barrier()  # every thread's slice is written before the count says so
+        tile = pid_m * tl.num_programs(1) + pid_n
+        if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu") == SPLIT_K - 1:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(SPLIT_K):
+                acc += tl.load(z_ptr + s * M * N + part, mask=mn_ok, other=0.0,
+                               cache_modifier=".cg")
+            tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :],
+                     acc.to(y_ptr.dtype.element_ty), mask=mn_ok)
+            tl.store(count_ptr + tile, 0)
 
 
 @triton.jit
@@ -106,7 +127,9 @@ def _dequantize_kernel(codes_ptr, scale_ptr, offset_ptr, w_ptr, N, stride_cn, st
              mask=n_ok[:, None])
 
 
-Blocks = tuple[int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages
+Blocks = tuple[int, int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
+MAX_TILES = 1 << 14  # output tiles of one split-K launch (its arrival counts)
+_counts: dict[torch.device, torch.Tensor] = {}
 
 
 def _k_tiles(k: int, group: int) -> list[int]:
@@ -136,10 +159,10 @@ def _blocks(m: int, k: int, group: int) -> Blocks:
     fits = _k_tiles(k, group)
     bk = _k_tile(k, group)
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
-        return 16, 64, fits[0], 4, 3
+        return 16, 64, fits[0], 4, 3, 1
     if m <= 256:  # enough programs to fill the GPU
-        return 32, 64, bk, 4, 3
-    return 128, 64, bk, 4, 3
+        return 32, 64, bk, 4, 3, 1
+    return 128, 64, bk, 4, 3, 1
 
 
 def dequantize_triton(w: QWeight, dtype: torch.dtype) -> torch.Tensor:
@@ -205,11 +228,22 @@ def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool) -> None:
     m, k = x.shape
     n = w.shape[0]
     codes, scale, offset = _operands(w)
-    bm, bn, bk, warps, stages = blocks
-    _qmatmul_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
-        x, codes, scale, offset, y, z, m, n, k,
+    bm, bn, bk, warps, stages, split = blocks
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
+    if k % (split * bk) or (bk % w.group and w.group % bk):
+        raise ValueError(f"K tile {bk} does not divide K={k} / split {split} in groups of "
+                         f"{w.group}")
+    if split > 1:
+        if lse or grid[0] * grid[1] > MAX_TILES:
+            raise ValueError(f"split-K {split} does not fit {grid[0] * grid[1]} tiles")
+        z = torch.empty(split, m, n, dtype=torch.float32, device=x.device)
+    count = _counts.get(x.device)
+    if count is None:  # zeros once: each split-K launch leaves them zero again
+        count = _counts[x.device] = torch.zeros(MAX_TILES, dtype=torch.int32, device=x.device)
+    _qmatmul_kernel[grid](
+        x, codes, scale, offset, y, z, count, m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
-        IEEE=x.dtype == torch.float32, LSE=lse, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        num_warps=warps, num_stages=stages,
+        IEEE=x.dtype == torch.float32, LSE=lse, SPLIT_K=split,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )

@@ -1,5 +1,5 @@
 """Where the Triton engine spends its time on a random gemma-3-270m-shaped model (CUDA):
-one yes/no at 120 tokens, and 128 decisions of 256 tokens in one call. For each: wall
+one yes/no at 120 and at 2000 tokens, and 128 decisions of 256 tokens in one call. For each: wall
 time, the host-side layout alone, and torch.profiler's top operations by device time."""
 
 import tempfile
@@ -24,8 +24,8 @@ def job(n: int) -> ScoreJob:
     return ScoreJob((2, *ids[:n - 9]), (Branch(tuple(ids[n - 9:]), ((3,), (4,))),))
 
 
-for name, jobs in (("1 x 120 tokens", [job(120)]), ("128 x 256 tokens", [job(256)
-                                                                         for _ in range(128)])):
+for name, jobs in (("1 x 120 tokens", [job(120)]), ("1 x 2000 tokens", [job(2000)]),
+                   ("128 x 256 tokens", [job(256) for _ in range(128)])):
     for _ in range(3):
         engine.score(jobs)
     torch.cuda.synchronize()

@@ -77,6 +77,32 @@ def test_qmatmul_reads_strided_rows_and_row_subsets():
     close(qmatmul_triton(x, rows), qm.qmatmul(x, rows))
 
 
+# (bits, group, M, N, K, tiles): split-K slices of one and of several K tiles, ragged M
+# and N against the tiles
+SPLIT_K_CASES = {
+    "4bit-g32-split2": (4, 32, 20, 70, 256, (16, 32, 64, 4, 3, 2)),
+    "8bit-g16-split4-two-tiles-a-slice": (8, 16, 33, 50, 512, (32, 16, 32, 4, 3, 4)),
+    "8bit-g32-split5-wide-tile": (8, 32, 5, 40, 640, (16, 16, 128, 4, 3, 5)),
+}
+
+
+@pytest.mark.parametrize("case", SPLIT_K_CASES)
+def test_split_k_sums_the_slices_in_a_fixed_order_and_leaves_the_counts_zero(case):
+    bits, group, m, n, k, tiles = SPLIT_K_CASES[case]
+    w = random_qweight(n, k, bits, group)
+    x = torch.randn(m, k)
+    got = qmatmul_triton(x, w, blocks=tiles)
+    close(got, qm.qmatmul(x, w))
+    assert torch.equal(qmatmul_triton(x, w, blocks=tiles), got)  # whichever slice is last
+    assert not qmt._counts[x.device].any()
+
+
+def test_qmatmul_refuses_tiles_that_do_not_divide_k():
+    w = random_qweight(8, 192, 8, 32)
+    with pytest.raises(ValueError, match="K tile 64 does not divide K=192 / split 2"):
+        qmatmul_triton(torch.randn(2, 192), w, blocks=(16, 16, 64, 4, 3, 2))
+
+
 def test_qmatmul_refuses_a_wrong_shape_and_empty_m_is_empty():
     w = random_qweight(8, 64, 8, 32)
     with pytest.raises(ValueError, match=r"\[M, 64\]"):

@@ -63,6 +63,21 @@ def test_qmatmul_bf16_on_gemma3_shapes(quant, k, n, m):
     close(qmatmul_triton(x, w), qm.qmatmul(x.float(), w))
 
 
+@pytest.mark.parametrize("tiles", [(32, 32, 64, 4, 3, 2), (64, 16, 128, 4, 3, 5),
+                                   (128, 64, 64, 8, 3, 10)], ids=str)
+def test_qmatmul_split_k_is_deterministic_and_leaves_the_counts_zero(tiles):
+    """Many programs of one tile race to be last: the sum must not depend on which."""
+    from decider.kernels import qmatmul_triton as qmt
+
+    w = random_qweight(1536, 640, 8, 32)
+    x = torch.randn(120, 640, device=DEV).bfloat16()
+    got = qmatmul_triton(x, w, blocks=tiles)
+    close(got, qm.qmatmul(x.float(), w))
+    for _ in range(20):
+        assert torch.equal(qmatmul_triton(x, w, blocks=tiles), got)
+    assert not qmt._counts[x.device].any()
+
+
 @pytest.mark.parametrize("m", [1, 300])
 @pytest.mark.parametrize("quant", QUANTS)
 def test_qmatmul_fp16(quant, m):
