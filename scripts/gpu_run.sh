@@ -17,12 +17,16 @@ cd "$pkg"
   python3 -c 'import torch, triton, transformers, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, transformers.__version__)'
 } 2>&1 | tee "$out/machine.txt"
 # (the import-time test needs the service's packages, which this machine lacks)
-python3 -m pytest -q -p no:cacheprovider -o addopts="" -k "not imports_torch" -rs \
-  ${TESTS:-tests/gpu tests/test_kernels.py tests/test_passes.py tests/test_torch_engine.py tests/test_gguf_weights.py} \
-  2>&1 | tee "$out/tests.txt" | tail -25
-python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
+if [ "${TESTS:-}" != none ]; then
+  python3 -m pytest -q -p no:cacheprovider -o addopts="" -k "${K:-not imports_torch}" -rs \
+    ${TESTS:-tests/gpu tests/test_kernels.py tests/test_passes.py tests/test_torch_engine.py tests/test_gguf_weights.py} \
+    2>&1 | tee "$out/tests.txt" | tail -25
+fi
 if [ "${KERNELS:-1}" = 1 ]; then
-  python3 scripts/bench_kernels.py 2>&1 | tee "$out/bench_kernels.txt" | tail -25
+  python3 scripts/bench_kernels.py 2>&1 | tee "$out/bench_kernels.txt" | tail -60
+fi
+if [ "${PROFILE:-1}" = 1 ]; then
+  python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
 fi
 for shape in ${SHAPES:-gemma-3-270m}; do
   python3 -m decider.cli bench --engines "${ENGINES:-triton,reference:bfloat16}" \
