@@ -149,7 +149,7 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         return out
     block_d = max(16, triton.next_power_of_2(d))
     rows = t * (hq // hkv)
-    block_m, block_n, warps, stages = blocks or _blocks(rows, block_d)
+    block_m, block_n, warps, stages = blocks or _blocks(rows, block_d, q.dtype)
     _attention_kernel[(triton.cdiv(rows, block_m), hkv)](
         q, k, v, out, lo, end, ck, cv, cpos, q_pos,
         t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0,
@@ -162,8 +162,12 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
     return out
 
 
-def _blocks(rows: int, block_d: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, warps, stages) for a pass of `rows` query rows."""
-    # short passes: narrow blocks, for enough programs to fill the GPU
-    block_m = 16 if rows <= 1024 else 32 if rows <= 4096 else 64
-    return block_m, 32 if block_d > 128 else 64, 8 if block_d > 128 else 4, 3
+def _blocks(rows: int, block_d: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps, stages) for a pass of `rows` query rows, from the H200
+    sweep of scripts/bench_kernels.py (head dim 256, bf16): narrow query blocks for short
+    passes (programs enough to fill the GPU), 64-key blocks. fp32 tiles are twice the
+    bytes: half the keys and two stages, to fit the shared memory."""
+    block_m = 16 if rows <= 1024 else 64
+    if dtype == torch.float32 and block_d > 128:
+        return block_m, 32, 4, 2
+    return block_m, 64, 4, 3

@@ -5,10 +5,10 @@ y = x @ dequant(W).T with W read as packed words: each program dequantizes a
 plus the group offset for 4-bit), casts it to the activation dtype and accumulates
 tl.dot in fp32. Nothing dequantized goes to memory.
 
-Past LARGE_M rows (a pass of thousands of tokens) the arithmetic, not the weight read,
-is the cost, and cuBLAS on a bf16 copy beats the fused kernel twice over (measured on
-the H200, docs/benchmarks.md): a layer's weight is then dequantized by one kernel into a
-transient buffer for that one matmul, and stays packed at rest.
+From LARGE_M rows (a pass of a thousand tokens or more) the arithmetic, not the weight
+read, is the cost, and cuBLAS on a bf16 copy beats the fused kernel even after paying for
+the copy (measured on the H200, docs/benchmarks.md): a layer's weight is then dequantized
+by one kernel into a transient buffer for that one matmul, and stays packed at rest.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import triton.language as tl
 
 from .qmatmul import QWeight
 
-LARGE_M = 2048  # rows from which dequantize + cuBLAS wins
+LARGE_M = 1024  # rows from which dequantize + cuBLAS wins
 LARGE_W = 1 << 25  # ... for weights up to this many elements (not the 262k-row head)
 
 
@@ -153,16 +153,20 @@ def _operands(w: QWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return w.codes.contiguous(), scale, scale if w.offset is None else w.offset.contiguous()
 
 
-def _blocks(m: int, k: int, group: int) -> Blocks:
-    """Tiles for M rows, from the H200 sweep of scripts/bench_kernels.py on Gemma 3
-    shapes (below LARGE_M; past it cuBLAS takes over)."""
+def _blocks(m: int, n: int, k: int, group: int) -> Blocks:
+    """Tiles for M rows (below LARGE_M; past it cuBLAS takes over), from the H200 sweep of
+    scripts/bench_kernels.py on Gemma 3 270M shapes in CUDA graphs (docs/benchmarks.md):
+    wide K tiles (few loop trips, each of which waits on memory), M tiles of half the rows
+    up to 128, narrow N tiles for few rows (programs enough to fill the GPU), and two K
+    slices from K = 2048."""
     fits = _k_tiles(k, group)
-    bk = _k_tile(k, group)
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
         return 16, 64, fits[0], 4, 3, 1
-    if m <= 256:  # enough programs to fill the GPU
-        return 32, 64, bk, 4, 3, 1
-    return 128, 64, bk, 4, 3, 1
+    split = 2 if k >= 2048 and k % (2 * fits[0]) == 0 else 1
+    bk = 256 if m <= 128 and k % (256 * split) == 0 and 256 % group == 0 else fits[0]
+    bm = min(128, max(32, triton.next_power_of_2(m) // 2))
+    bn = (16 if m <= 128 else 32) * (2 if n >= 4096 else 1)
+    return bm, bn, bk, 8 if bm * bn >= 128 * 64 else 4, 3, split
 
 
 def dequantize_triton(w: QWeight, dtype: torch.dtype) -> torch.Tensor:
@@ -203,7 +207,7 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    _launch(x, w, out, out, blocks or _blocks(m, k, w.group), lse=False)
+    _launch(x, w, out, out, blocks or _blocks(m, n, k, w.group), lse=False)
     return out
 
 
@@ -214,7 +218,7 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight) -> torch.Tensor:
     if x.dim() != 2 or x.shape[1] != k or x.stride(1) != 1:
         raise ValueError(f"x must be [M, {k}] with unit column stride, got {tuple(x.shape)}")
     m = x.shape[0]
-    blocks = _blocks(m, k, w.group)
+    blocks = _blocks(m, n, k, w.group)
     cols = triton.cdiv(n, blocks[1])
     top = torch.empty(m, cols, dtype=torch.float32, device=x.device)
     total = torch.empty_like(top)

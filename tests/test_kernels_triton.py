@@ -46,8 +46,8 @@ def random_qweight(n: int, k: int, bits: int, group: int) -> qm.QWeight:
     return qm.QWeight(codes, scale, None, group, 8)
 
 
-# (bits, group, M range, N range, groups along K): M=1 and small M take the 16-row tile,
-# M > 64 the 128-row one; N ranges are ragged against the 64/128-wide tiles.
+# (bits, group, M range, N range, groups along K): M <= 16 takes the 16-row tile, more rows
+# tiles of half of them up to 128; N ranges are ragged against the 16-64-wide tiles.
 QMATMUL_CASES = {
     "4bit-g32-M1-raggedN": (4, 32, (1, 1), (1, 63), (2, 2)),
     "4bit-g32-M16-manygroups": (4, 32, (2, 16), (65, 200), (5, 9)),
@@ -58,6 +58,9 @@ QMATMUL_CASES = {
     # W4A16 group 128: one K tile per group (M <= 16), two (M > 16)
     "4bit-g128-M1": (4, 128, (1, 1), (1, 100), (1, 3)),
     "4bit-g128-M40-split": (4, 128, (17, 40), (1, 100), (1, 3)),
+    # the engine's tiles for a few rows: 256-wide K tiles, two K slices from K = 2048
+    "8bit-g16-M40-K2048": (8, 16, (17, 100), (1, 40), (128, 128)),
+    "4bit-g32-M64-K1024": (4, 32, (33, 64), (1, 40), (32, 32)),
 }
 
 
