@@ -264,8 +264,9 @@ class Gemma3(nn.Module):
             return qmatmul(h, w, torch.empty(len(h), w.shape[0], device=h.device))
         return (h.float() @ (w if rows is None else w[rows]).float().T)
 
-    def logsumexp(self, h: torch.Tensor) -> torch.Tensor:
-        """h [A, hidden] -> fp32 [A]: logsumexp of the full-vocabulary logits."""
+    def logsumexp(self, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """h [A, hidden] -> fp32 [A] (into `out` when given): logsumexp of the
+        full-vocabulary logits."""
         if isinstance(self.embedding, QWeight):
-            return qmatmul_logsumexp(h, self.embedding)
-        return torch.logsumexp(self.head(h), dim=-1)
+            return qmatmul_logsumexp(h, self.embedding, out)
+        return torch.logsumexp(self.head(h), dim=-1, out=out)

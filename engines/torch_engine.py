@@ -65,8 +65,8 @@ class TorchEngine:
             self.cache = KVCache([cfg.sliding(i) for i in range(cfg.layers)], n_ctx, cfg.window,
                                  cfg.kv_heads, cfg.head_dim, self.dtype, self.device)
             self._staging = _Staging(self.device)
-            self._logits = torch.empty(0, device=self.device)  # label rows of one score call
-            self._lse = torch.empty(0, device=self.device)
+            # one call's label-row logits, then its logsumexps: one buffer, one copy back
+            self._out = torch.empty(0, device=self.device)
             self._graphs = None
             if self.device.type == "cuda" and cuda_graphs:
                 with torch.inference_mode():
@@ -96,15 +96,14 @@ class TorchEngine:
             kind = begin_pass("torch")
             layout = plan(list(jobs), self._n_batch, self.model.cfg.window)
             try:
-                self._prepare(layout.n_logits, layout.n_lse, poison=kind != "stale-logits")
+                n = layout.n_logits + layout.n_lse
+                self._prepare(n, poison=kind != "stale-logits")
                 if kind == "zero-logits":  # as from a freshly allocated buffer
-                    self._logits.zero_()
-                    self._lse.zero_()
+                    self._out[:n].zero_()
                 elif kind is None:
                     with torch.inference_mode():
                         self._run(layout)
-                both = torch.cat([self._logits[:layout.n_logits], self._lse[:layout.n_lse]])
-                logits, lse = np.split(both.cpu().numpy(), [layout.n_logits])  # one sync
+                logits, lse = np.split(self._out[:n].cpu().numpy(), [layout.n_logits])
             except torch.OutOfMemoryError as e:
                 raise EngineOutOfMemory(f"the torch engine ran out of memory: {e}") from e
             except _DEVICE_ERROR as e:  # a CUDA error: this context is done for
@@ -116,15 +115,12 @@ class TorchEngine:
 
     # -- the passes ------------------------------------------------------------------
 
-    def _prepare(self, n_logits: int, n_lse: int, poison: bool) -> None:
-        """Size the output buffers and write the sentinel over the rows this call reads."""
-        if self._logits.numel() < n_logits:  # zeros, not stale memory, if never written
-            self._logits = torch.zeros(n_logits, device=self.device)
-        if self._lse.numel() < n_lse:
-            self._lse = torch.zeros(n_lse, device=self.device)
+    def _prepare(self, n: int, poison: bool) -> None:
+        """Size the output buffer and write the sentinel over the values this call reads."""
+        if self._out.numel() < n:  # zeros, not stale memory, if never written
+            self._out = torch.zeros(n, device=self.device)
         if poison:
-            self._logits[:n_logits].fill_(SENTINEL)
-            self._lse[:n_lse].fill_(SENTINEL)
+            self._out[:n].fill_(SENTINEL)
 
     def _run(self, layout: Plan) -> None:
         """Every pass, then the head at the outputs. Each pass's columns are built and sent
@@ -158,12 +154,15 @@ class TorchEngine:
             else:
                 h = self.model(meta)
             if p.rows:
-                torch.index_select(h, 0, rows.long(), out=hidden[at:at + len(p.rows)])
+                torch.index_select(h, 0, rows, out=hidden[at:at + len(p.rows)])
                 at += len(p.rows)
-        label_rows, src, roots = (self._staging.put(np.asarray(x, np.int32)).long()
-                                  for x in (label_rows, src, roots))
-        self._logits[:len(src)] = self.model.head(hidden, label_rows).view(-1)[src]
-        self._lse[:len(roots)] = self.model.logsumexp(hidden[roots])
+        index = self._staging.put(np.array(label_rows + src + roots, np.int32))
+        label_rows, src, roots = index.split([len(label_rows), len(src), len(roots)])
+        n = layout.n_logits  # = len(src)
+        logits = self.model.head(hidden, label_rows).view(-1)
+        torch.index_select(logits, 0, src, out=self._out[:n])
+        self.model.logsumexp(torch.index_select(hidden, 0, roots),
+                             out=self._out[n:n + len(roots)])
 
 
 class _Staging:

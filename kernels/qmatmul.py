@@ -85,14 +85,15 @@ def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
     return out
 
 
-def qmatmul_logsumexp(x: torch.Tensor, w: QWeight) -> torch.Tensor:
-    """logsumexp over N of x @ dequant(w).T in fp32 -> [M]: the head's normaliser. On CUDA
-    one Triton kernel that never writes the [M, N] logits."""
+def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+    """logsumexp over N of x @ dequant(w).T in fp32 -> [M] (into `out` when given): the
+    head's normaliser. On CUDA two Triton kernels that never write the [M, N] logits."""
     if x.is_cuda:
         from .qmatmul_triton import qmatmul_logsumexp as on_gpu
 
-        return on_gpu(x, w)
-    return torch.logsumexp(qmatmul(x, w, torch.empty(len(x), w.shape[0])), dim=-1)
+        return on_gpu(x, w, out)
+    return torch.logsumexp(qmatmul(x, w, torch.empty(len(x), w.shape[0])), dim=-1, out=out)
 
 
 def embed(w: QWeight, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -217,21 +217,47 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
     return out
 
 
-def qmatmul_logsumexp(x: torch.Tensor, w: QWeight) -> torch.Tensor:
-    """logsumexp over N of x @ dequant(w).T -> fp32 [M], never writing the [M, N] logits
-    (the full-vocabulary normaliser of the tied head)."""
+def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+    """logsumexp over N of x @ dequant(w).T -> fp32 [M] (into `out` when given), never
+    writing the [M, N] logits (the full-vocabulary normaliser of the tied head): the
+    matmul leaves a (max, sum of exp) pair per row and column block, one more kernel
+    combines each row's pairs."""
     n, k = w.shape
     if x.dim() != 2 or x.shape[1] != k or x.stride(1) != 1:
         raise ValueError(f"x must be [M, {k}] with unit column stride, got {tuple(x.shape)}")
     m = x.shape[0]
+    if out is None:
+        out = torch.empty(m, dtype=torch.float32, device=x.device)
+    if out.shape != (m,) or out.dtype != torch.float32 or not out.is_contiguous():
+        raise ValueError(f"out must be contiguous fp32 [{m}]")
     blocks = _blocks(m, n, k, w.group)
     cols = triton.cdiv(n, blocks[1])
     top = torch.empty(m, cols, dtype=torch.float32, device=x.device)
     total = torch.empty_like(top)
     if m:
         _launch(x, w, top, total, blocks, lse=True)
-    peak = top.max(1).values
-    return peak + torch.log((total * torch.exp(top - peak[:, None])).sum(1))
+        _lse_combine_kernel[(m,)](top, total, out, cols, BLOCK=1024)
+    return out
+
+
+@triton.jit
+def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr):
+    """out[row] = logsumexp of the row's column blocks: max + log(sum(total * exp(top -
+    max)))."""
+    row = tl.program_id(0)
+    peak = tl.full((BLOCK,), float("-inf"), tl.float32)
+    for c0 in range(0, COLS, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        peak = tl.maximum(peak, tl.load(top_ptr + row * COLS + c, mask=c < COLS,
+                                        other=float("-inf")))
+    peak_all = tl.max(peak, 0)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for c0 in range(0, COLS, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        t = tl.load(top_ptr + row * COLS + c, mask=c < COLS, other=float("-inf"))
+        acc += tl.load(total_ptr + row * COLS + c, mask=c < COLS, other=0.0) * tl.exp(t - peak_all)
+    tl.store(out_ptr + row, peak_all + tl.log(tl.sum(acc, 0)))
 
 
 def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool, gated: bool = False) -> None:
