@@ -15,8 +15,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .pdl import launch_options, wait_for_inputs
-
 LOG2E = 1.4426950408889634
 
 
@@ -50,9 +48,8 @@ def _attention_kernel(
     stride_ckt, stride_ckh, stride_cvt, stride_cvh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_CACHE: tl.constexpr,
     HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    wait_for_inputs(PDL)
     pid_m, kv_head = tl.program_id(0), tl.program_id(1)
     r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows: (token, query head of the group)
     rm = r // GROUP
@@ -161,7 +158,6 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         GROUP=hq // hkv, HEAD_DIM=d, HAS_CACHE=cache is not None,
         HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
-        **launch_options(q),
     )
     return out
 

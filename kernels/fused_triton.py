@@ -6,8 +6,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .pdl import launch_options, wait_for_inputs
-
 
 @triton.jit
 def _norm(x, w, mask, n, eps):
@@ -16,9 +14,7 @@ def _norm(x, w, mask, n, eps):
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, N, stride_x, stride_o, eps, BLOCK: tl.constexpr,
-                     PDL: tl.constexpr):
-    wait_for_inputs(PDL)
+def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, N, stride_x, stride_o, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     mask = c < N
@@ -30,8 +26,7 @@ def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, N, stride_x, stride_o, eps, BLOCK: tl.
 
 @triton.jit
 def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, xo_ptr, h_ptr, N, stride_x, stride_y,
-                         eps, BLOCK: tl.constexpr, PDL: tl.constexpr):
-    wait_for_inputs(PDL)
+                         eps, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     mask = c < N
@@ -49,9 +44,7 @@ def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, xo_ptr, h_ptr, N, stride_
 
 @triton.jit
 def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, NQ, H,
-                         stride_t, stride_h, eps, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
-                         PDL: tl.constexpr):
-    wait_for_inputs(PDL)
+                         stride_t, stride_h, eps, HALF: tl.constexpr, BLOCK_H: tl.constexpr):
     t = tl.program_id(0)
     h = tl.arange(0, BLOCK_H)[:, None]  # [BH, 1]
     c = tl.arange(0, HALF)[None, :]  # [1, D / 2]
@@ -80,8 +73,7 @@ def gelu_mul_tile(g, u):
 
 
 @triton.jit
-def _gelu_mul_kernel(gu_ptr, o_ptr, F, stride_gu, BLOCK: tl.constexpr, PDL: tl.constexpr):
-    wait_for_inputs(PDL)
+def _gelu_mul_kernel(gu_ptr, o_ptr, F, stride_gu, BLOCK: tl.constexpr):
     row, blk = tl.program_id(0), tl.program_id(1)
     c = blk * BLOCK + tl.arange(0, BLOCK)
     mask = c < F
@@ -109,7 +101,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float,
     out = torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
     if len(x):
         _rms_norm_kernel[(len(x),)](x, w, out, n, x.stride(0), out.stride(0), eps,
-                                    BLOCK=triton.next_power_of_2(n), **launch_options(x))
+                                    BLOCK=triton.next_power_of_2(n))
     return out
 
 
@@ -127,8 +119,7 @@ def add_rms_norm(x, y, w_y, w_next, eps):
     h = torch.empty(x.shape, dtype=y.dtype, device=x.device)
     if len(x):
         _add_rms_norm_kernel[(len(x),)](x, y, w_y, w_next, x_out, h, n, x.stride(0),
-                                        y.stride(0), eps, BLOCK=triton.next_power_of_2(n),
-                                        **launch_options(x))
+                                        y.stride(0), eps, BLOCK=triton.next_power_of_2(n))
     return x_out, h
 
 
@@ -147,8 +138,7 @@ def qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps):
     if t:
         _qk_norm_rope_kernel[(t,)](x, w_q, w_k, pos, cos, sin, n_q, heads, x.stride(0),
                                    x.stride(1), eps, HALF=d // 2,
-                                   BLOCK_H=max(2, triton.next_power_of_2(heads)),
-                                   **launch_options(x))
+                                   BLOCK_H=max(2, triton.next_power_of_2(heads)))
 
 
 def gelu_mul(gu: torch.Tensor) -> torch.Tensor:
@@ -159,5 +149,5 @@ def gelu_mul(gu: torch.Tensor) -> torch.Tensor:
     if len(gu):
         block = min(1024, triton.next_power_of_2(f))
         _gelu_mul_kernel[(len(gu), triton.cdiv(f, block))](gu, out, f, gu.stride(0),
-                                                          BLOCK=block, **launch_options(gu))
+                                                          BLOCK=block)
     return out

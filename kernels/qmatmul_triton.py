@@ -18,7 +18,6 @@ import triton
 import triton.language as tl
 
 from .fused_triton import gelu_mul, gelu_mul_tile
-from .pdl import launch_options, wait_for_inputs
 from .qmatmul import QWeight
 
 LARGE_M = 1024  # rows from which dequantize + cuBLAS wins
@@ -60,7 +59,7 @@ def _qmatmul_kernel(
     stride_xm, stride_cn, stride_sn, stride_ym,
     BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, IEEE: tl.constexpr,
     LSE: tl.constexpr, GATED: tl.constexpr, SPLIT_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """y = x @ W.T; or (LSE) per row and column block, the max of its logits in y and the
     sum of their exp(logit - max) in z, at [row, program along N]. GATED: x is [M, 2K],
@@ -70,7 +69,6 @@ def _qmatmul_kernel(
     and counts itself in count_ptr[tile]; the tile's last program adds the slices up in
     a fixed order (the result does not depend on which program came last), writes y and
     resets the count for the next launch."""
-    wait_for_inputs(PDL)
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -122,9 +120,7 @@ def _qmatmul_kernel(
 @triton.jit
 def _dequantize_kernel(codes_ptr, scale_ptr, offset_ptr, w_ptr, N, stride_cn, stride_sn,
                        stride_wn, BITS: tl.constexpr, GROUP: tl.constexpr,
-                       HAS_OFFSET: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       PDL: tl.constexpr):
-    wait_for_inputs(PDL)
+                       HAS_OFFSET: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     k0 = tl.program_id(1) * BLOCK_K
     n_ok = rn < N
@@ -185,8 +181,7 @@ def dequantize_triton(w: QWeight, dtype: torch.dtype) -> torch.Tensor:
     bk = _k_tile(k, w.group)
     _dequantize_kernel[(triton.cdiv(n, 64), k // bk)](
         codes, scale, offset, out, n, codes.stride(0), scale.stride(0), out.stride(0),
-        BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None, BLOCK_N=64, BLOCK_K=bk,
-        **launch_options(codes))
+        BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None, BLOCK_N=64, BLOCK_K=bk)
     return out
 
 
@@ -242,16 +237,14 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
     total = torch.empty_like(top)
     if m:
         _launch(x, w, top, total, blocks, lse=True)
-        _lse_combine_kernel[(m,)](top, total, out, cols, BLOCK=1024, **launch_options(x))
+        _lse_combine_kernel[(m,)](top, total, out, cols, BLOCK=1024)
     return out
 
 
 @triton.jit
-def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr,
-                        PDL: tl.constexpr):
+def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr):
     """out[row] = logsumexp of the row's column blocks: max + log(sum(total * exp(top -
     max)))."""
-    wait_for_inputs(PDL)
     row = tl.program_id(0)
     peak = tl.full((BLOCK,), float("-inf"), tl.float32)
     for c0 in range(0, COLS, BLOCK):
@@ -289,5 +282,4 @@ def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool, gated: bool = False)
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
         IEEE=x.dtype == torch.float32, LSE=lse, GATED=gated, SPLIT_K=split,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
-        **launch_options(x),
     )
