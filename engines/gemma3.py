@@ -110,17 +110,13 @@ class Linear(nn.Module):
     def nbytes(self) -> int:
         return sum(map(_nbytes, self.parts))
 
-    def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
-        """gated: x is [T, 2K] (gate, up) and gelu_mul(x) is the input (qmatmul's
-        `gated`: on CUDA the packed kernel applies it as it loads x)."""
-        if gated and not all(isinstance(w, QWeight) for w in self.parts):
-            x, gated = gelu_mul(x), False
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if len(self.parts) == 1:
-            return _matmul(x, self.parts[0], gated=gated)
+            return _matmul(x, self.parts[0])
         out = torch.empty(len(x), self.out_features, dtype=x.dtype, device=x.device)
         at = 0
         for w in self.parts:
-            _matmul(x, w, out[:, at:at + w.shape[0]], gated)
+            _matmul(x, w, out[:, at:at + w.shape[0]])
             at += w.shape[0]
         return out
 
@@ -129,10 +125,9 @@ def _nbytes(w: QWeight | torch.Tensor) -> int:
     return w.nbytes() if isinstance(w, QWeight) else w.numel() * w.element_size()
 
 
-def _matmul(x: torch.Tensor, w: QWeight | torch.Tensor, out: torch.Tensor | None = None,
-            gated: bool = False):
+def _matmul(x: torch.Tensor, w: QWeight | torch.Tensor, out: torch.Tensor | None = None):
     if isinstance(w, QWeight):
-        return qmatmul(x, w, out, gated)
+        return qmatmul(x, w, out)
     return torch.matmul(x, w.T) if out is None else out.copy_(torch.matmul(x, w.T))
 
 
@@ -193,7 +188,7 @@ class Block(nn.Module):
             cache.write(self.index, k, v)
         x, h = add_rms_norm(x, self.o(a.view(t, hq * d)), self.post_attention_norm,
                             self.ffn_norm, cfg.eps)
-        return add_rms_norm(x, self.down(self.gate_up(h), gated=True), self.post_ffw_norm,
+        return add_rms_norm(x, self.down(gelu_mul(self.gate_up(h))), self.post_ffw_norm,
                             norm_next, cfg.eps)
 
 

@@ -65,21 +65,16 @@ def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, NQ, H
 
 
 @triton.jit
-def gelu_mul_tile(g, u):
-    """gelu_tanh(g) * u in fp32 (tanh(z) = 2 sigmoid(2z) - 1); qmatmul's gated input too."""
-    g = g.to(tl.float32)
-    z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-    return g * tl.sigmoid(2.0 * z) * u.to(tl.float32)
-
-
-@triton.jit
 def _gelu_mul_kernel(gu_ptr, o_ptr, F, stride_gu, BLOCK: tl.constexpr):
     row, blk = tl.program_id(0), tl.program_id(1)
     c = blk * BLOCK + tl.arange(0, BLOCK)
     mask = c < F
-    g = tl.load(gu_ptr + row * stride_gu + c, mask=mask, other=0.0)
-    u = tl.load(gu_ptr + row * stride_gu + F + c, mask=mask, other=0.0)
-    tl.store(o_ptr + row * F + c, gelu_mul_tile(g, u).to(o_ptr.dtype.element_ty), mask=mask)
+    g = tl.load(gu_ptr + row * stride_gu + c, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(gu_ptr + row * stride_gu + F + c, mask=mask, other=0.0).to(tl.float32)
+    # gelu, tanh form: tanh(z) = 2 sigmoid(2z) - 1
+    z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+    gelu = g * tl.sigmoid(2.0 * z)
+    tl.store(o_ptr + row * F + c, (gelu * u).to(o_ptr.dtype.element_ty), mask=mask)
 
 
 def _rows(x: torch.Tensor, n: int, name: str) -> None:

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .fused import gelu_mul
-
 CHUNK_ROWS = 16384  # rows dequantized at a time: bounds the fp32 copy of a vocab-sized W
 
 
@@ -64,19 +62,14 @@ def dequantize(w: QWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return out.view(n, k).to(dtype)
 
 
-def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
-            gated: bool = False) -> torch.Tensor:
+def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] @ dequant(w).T -> [M, N], into `out` when given (a column slice of a wider
-    buffer will do). gated: x is [M, 2K] (gate, up) and gelu_mul(x) takes its place (the
-    MLP's down projection; on CUDA the kernel computes it as it loads x). On CUDA the
-    Triton kernel reads the packed words; elsewhere this reference dequantizes at most
-    CHUNK_ROWS rows at a time."""
+    buffer will do). On CUDA the Triton kernel reads the packed words; elsewhere this
+    reference dequantizes at most CHUNK_ROWS rows at a time."""
     if x.is_cuda:
         from .qmatmul_triton import qmatmul_triton  # Triton only where it compiles
 
-        return qmatmul_triton(x, w, out, gated=gated)
-    if gated:
-        x = gelu_mul(x)
+        return qmatmul_triton(x, w, out)
     n = w.shape[0]
     if out is None:
         out = torch.empty(len(x), n, dtype=x.dtype)

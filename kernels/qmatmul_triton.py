@@ -17,7 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_triton import gelu_mul, gelu_mul_tile
 from .qmatmul import QWeight
 
 LARGE_M = 1024  # rows from which dequantize + cuBLAS wins
@@ -58,12 +57,11 @@ def _qmatmul_kernel(
     M, N, K,
     stride_xm, stride_cn, stride_sn, stride_ym,
     BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, IEEE: tl.constexpr,
-    LSE: tl.constexpr, GATED: tl.constexpr, SPLIT_K: tl.constexpr,
+    LSE: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """y = x @ W.T; or (LSE) per row and column block, the max of its logits in y and the
-    sum of their exp(logit - max) in z, at [row, program along N]. GATED: x is [M, 2K],
-    gate then up, and the product is gelu_tanh(gate) * up (rounded to x's dtype) @ W.T.
+    sum of their exp(logit - max) in z, at [row, program along N].
 
     SPLIT_K > 1: program (m, n, s) sums the s-th K slice into z [SPLIT_K, M, N] (fp32)
     and counts itself in count_ptr[tile]; the tile's last program adds the slices up in
@@ -82,10 +80,8 @@ def _qmatmul_kernel(
     k_first = tl.program_id(2) * k_slice
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_first, k_first + k_slice, BLOCK_K):
-        x_at = x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :]
-        x = tl.load(x_at, mask=m_ok[:, None], other=0.0)
-        if GATED:
-            x = gelu_mul_tile(x, tl.load(x_at + K, mask=m_ok[:, None], other=0.0)).to(x.dtype)
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :], mask=m_ok[:, None],
+                    other=0.0)
         w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn_safe, k0, stride_cn, stride_sn,
                          BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K)
         w = tl.trans(w.to(x.dtype))  # [BK, BN]
@@ -186,16 +182,14 @@ def dequantize_triton(w: QWeight, dtype: torch.dtype) -> torch.Tensor:
 
 
 def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
-                   blocks: Blocks | None = None, gated: bool = False) -> torch.Tensor:
+                   blocks: Blocks | None = None) -> torch.Tensor:
     """x [M, K] (fp16, bf16 or fp32; unit stride along K) @ dequant(w).T -> [M, N] in
     x.dtype, or into `out` when given: x.dtype or fp32 (the head's logits), any row stride
-    (a column slice of a wider buffer). gated: x is [M, 2K] (gate, up) and the product
-    is gelu_tanh(gate) * up @ dequant(w).T, the gelu computed as x's tiles load. blocks:
-    tiles to use instead of the built-in choice (for tuning; it also keeps the fused
-    kernel at any M)."""
+    (a column slice of a wider buffer). blocks: tiles to use instead of the built-in
+    choice (for tuning; it also keeps the fused kernel at any M)."""
     n, k = w.shape
-    if x.dim() != 2 or x.shape[1] != (2 * k if gated else k):
-        raise ValueError(f"x must be [M, {2 * k if gated else k}], got {tuple(x.shape)}")
+    if x.dim() != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be [M, {k}], got {tuple(x.shape)}")
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"x must be fp16, bf16 or fp32, got {x.dtype}")
     x = x if x.stride(1) == 1 else x.contiguous()
@@ -207,13 +201,13 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
                             or out.stride(1) != 1):
         raise ValueError(f"out must be [{m}, {n}] in {x.dtype} or fp32, unit column stride")
     if blocks is None and m >= LARGE_M and n * k <= LARGE_W and x.dtype != torch.float32:
-        y = torch.matmul(gelu_mul(x) if gated else x, dequantize_triton(w, x.dtype).T)
+        y = torch.matmul(x, dequantize_triton(w, x.dtype).T)
         return y if out is None else out.copy_(y)
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    _launch(x, w, out, out, blocks or _blocks(m, n, k, w.group), lse=False, gated=gated)
+    _launch(x, w, out, out, blocks or _blocks(m, n, k, w.group), lse=False)
     return out
 
 
@@ -260,9 +254,9 @@ def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr):
     tl.store(out_ptr + row, peak_all + tl.log(tl.sum(acc, 0)))
 
 
-def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool, gated: bool = False) -> None:
-    m = x.shape[0]
-    n, k = w.shape
+def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool) -> None:
+    m, k = x.shape
+    n = w.shape[0]
     codes, scale, offset = _operands(w)
     bm, bn, bk, warps, stages, split = blocks
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
@@ -280,6 +274,6 @@ def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool, gated: bool = False)
         x, codes, scale, offset, y, z, count, m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
-        IEEE=x.dtype == torch.float32, LSE=lse, GATED=gated, SPLIT_K=split,
+        IEEE=x.dtype == torch.float32, LSE=lse, SPLIT_K=split,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )

@@ -100,18 +100,6 @@ def test_split_k_sums_the_slices_in_a_fixed_order_and_leaves_the_counts_zero(cas
     assert not qmt._counts[x.device].any()
 
 
-@pytest.mark.parametrize("tiles", [None, (16, 16, 64, 4, 3, 2)], ids=["built-in", "split2"])
-def test_gated_qmatmul_applies_gelu_mul_as_it_loads_x(tiles):
-    """The MLP's down projection: gelu_tanh(gate) * up @ W.T from x = [gate, up]."""
-    w = random_qweight(40, 256, 8, 16)
-    gu = torch.randn(9, 512) * 2
-    got = qmatmul_triton(gu, w, blocks=tiles, gated=True)
-    close(got, qm.qmatmul(fused.gelu_mul(gu), w))
-    close(qm.qmatmul(gu, w, gated=True), qm.qmatmul(fused.gelu_mul(gu), w))
-    with pytest.raises(ValueError, match=r"x must be \[M, 512\]"):
-        qmatmul_triton(gu[:, :256], w, gated=True)
-
-
 def test_qmatmul_refuses_tiles_that_do_not_divide_k():
     w = random_qweight(8, 192, 8, 32)
     with pytest.raises(ValueError, match="K tile 64 does not divide K=192 / split 2"):

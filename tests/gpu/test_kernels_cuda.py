@@ -78,13 +78,6 @@ def test_qmatmul_split_k_is_deterministic_and_leaves_the_counts_zero(tiles):
     assert not qmt._counts[x.device].any()
 
 
-@pytest.mark.parametrize("m", [120, 4096])  # the fused kernel; gelu_mul + cuBLAS
-def test_gated_qmatmul_is_gelu_mul_then_the_product(m):
-    w = random_qweight(640, 2048, 8, 16)
-    gu = torch.randn(m, 4096, device=DEV).bfloat16()
-    close(qmatmul_triton(gu, w, gated=True), qm.qmatmul(fused.gelu_mul(gu).float(), w))
-
-
 @pytest.mark.parametrize("m", [1, 300])
 @pytest.mark.parametrize("quant", QUANTS)
 def test_qmatmul_fp16(quant, m):
