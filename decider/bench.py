@@ -182,7 +182,8 @@ def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 2
     prompt length (median ms), and `batch` concurrent decisions of `batch_tokens` tokens
     in one call (decisions/s). Token ids are random: speed does not depend on them.
     An engine is named alone or as name:dtype (reference:bfloat16: transformers in bf16,
-    on the GPU when there is one)."""
+    on the GPU when there is one); with a GPU, llama.cpp gets every layer on it (a CPU
+    build of llama-cpp-python ignores that)."""
     from decider.engines import Branch, ScoreJob, load_engine
 
     rng = np.random.default_rng(0)
@@ -192,6 +193,8 @@ def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 2
         options = {"dtype": dtype} if dtype else {}
         if kind == "reference" and dtype and _has_cuda():
             options["device"] = "cuda"
+        if kind == "llama" and _has_cuda():
+            options["n_gpu_layers"] = -1
         engine = load_engine(kind, model_path, n_ctx, **options)
         print(f"{name}: {engine.info.weights}; memory at n_ctx {n_ctx}: " + ", ".join(
             f"{k} {v / 2**20:.1f} MiB" for k, v in engine.info.memory.items()), flush=True)

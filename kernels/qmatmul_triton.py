@@ -153,17 +153,20 @@ def _operands(w: QWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return w.codes.contiguous(), scale, scale if w.offset is None else w.offset.contiguous()
 
 
-def _blocks(m: int, n: int, k: int, group: int) -> Blocks:
+def _blocks(m: int, n: int, k: int, group: int, itemsize: int = 2) -> Blocks:
     """Tiles for M rows (below LARGE_M; past it cuBLAS takes over), from the H200 sweep of
     scripts/bench_kernels.py on Gemma 3 270M shapes in CUDA graphs (docs/benchmarks.md):
     wide K tiles (few loop trips, each of which waits on memory), M tiles of half the rows
     up to 128, narrow N tiles for few rows (programs enough to fill the GPU), and two K
-    slices from K = 2048."""
+    slices from K = 2048. Past 16 rows fp32 operands (itemsize 4) take K tiles of at most
+    64, which keeps their pipelined tiles within the shared memory."""
     fits = _k_tiles(k, group)
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
         return 16, 64, fits[0], 4, 3, 1
-    split = 2 if k >= 2048 and k % (2 * fits[0]) == 0 else 1
-    bk = 256 if m <= 128 and k % (256 * split) == 0 and 256 % group == 0 else fits[0]
+    bk = fits[0] if itemsize <= 2 else _k_tile(k, group)
+    split = 2 if k >= 2048 and k % (2 * bk) == 0 else 1
+    if itemsize <= 2 and m <= 128 and k % (256 * split) == 0 and 256 % group == 0:
+        bk = 256
     bm = min(128, max(32, triton.next_power_of_2(m) // 2))
     bn = (16 if m <= 128 else 32) * (2 if n >= 4096 else 1)
     return bm, bn, bk, 8 if bm * bn >= 128 * 64 else 4, 3, split
@@ -207,7 +210,7 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    _launch(x, w, out, out, blocks or _blocks(m, n, k, w.group), lse=False)
+    _launch(x, w, out, out, blocks or _blocks(m, n, k, w.group, x.element_size()), lse=False)
     return out
 
 
@@ -225,7 +228,7 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
         out = torch.empty(m, dtype=torch.float32, device=x.device)
     if out.shape != (m,) or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError(f"out must be contiguous fp32 [{m}]")
-    blocks = _blocks(m, n, k, w.group)
+    blocks = _blocks(m, n, k, w.group, x.element_size())
     cols = triton.cdiv(n, blocks[1])
     top = torch.empty(m, cols, dtype=torch.float32, device=x.device)
     total = torch.empty_like(top)
