@@ -223,8 +223,7 @@ class Gemma3(nn.Module):
         for m in self.modules():
             if isinstance(m, Linear):
                 m.to(device)
-        if isinstance(self.embedding, QWeight):
-            self.embedding = self.embedding.to(device)
+        self.embedding = self.embedding.to(device)  # packed or dense: not a module's tensor
         self.embed_scale = self.embed_scale.to(device)
         return self
 

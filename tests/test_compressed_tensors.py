@@ -251,3 +251,17 @@ def test_a_tokenizer_json_is_read_without_bos_and_its_absence_refused(small, tmp
         engine.close()
     job = ScoreJob((2, 6, 4), (Branch((5,), ((4,), (5,))),))
     assert engine.score([job])[0][0][0].token_ids == (4, 5)
+
+
+def test_moving_the_model_moves_every_tensor_the_dense_embedding_too(ckpt):
+    """A checkpoint's embedding stays dense (not a Linear target): Gemma3.to must move it
+    with the packed parts and the buffers (the meta device stands in for a GPU here)."""
+    from decider.engines.gemma3 import Gemma3
+    from decider.kernels.qmatmul import QWeight
+
+    model = Gemma3(read_model(ckpt[1])).to(torch.device("meta"))
+    assert isinstance(model.embedding, torch.Tensor) and model.embedding.is_meta
+    tensors = [t for m in model.modules() if hasattr(m, "parts") for w in m.parts
+               for t in ((w.codes, w.scale) if isinstance(w, QWeight) else (w,))]
+    tensors += list(model.buffers()) + [model.embed_scale]
+    assert tensors and all(t.is_meta for t in tensors)
