@@ -361,13 +361,13 @@ def _bench_model_path(args: argparse.Namespace) -> str:
 
     if args.shape not in SHAPES:
         raise InvalidRequest([FieldViolation("--shape", f"one of {', '.join(SHAPES)}")])
-    try:  # the model's tokenizer goes along, so that the llama engine loads the file too
-        tokenizer = catalog.locate(entry)
-    except ModelNotFound:  # the torch engines need none
+    try:  # a tokenizer goes along, so that the llama engine loads the file too: the
+        tokenizer = catalog.locate(entry)  # model's, or where it is absent a made-up one
+    except ModelNotFound:
         tokenizer = None
     path = f"{tempfile.mkdtemp()}/{args.shape}-random.gguf"
     write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, tokenizer_from=tokenizer,
-                      **SHAPES[args.shape])
+                      synthetic_vocab=tokenizer is None, **SHAPES[args.shape])
     return path
 
 

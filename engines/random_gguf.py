@@ -58,13 +58,15 @@ def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
                       hidden: int = 256, heads: int = 4, kv_heads: int = 2, head_dim: int = 64,
                       ffn: int = 512, vocab: int = 384, window: int = 16,
                       n_ctx_train: int = 4096, types: dict[str, T] | None = None,
-                      tokenizer_from: Path | None = None) -> Path:
+                      tokenizer_from: Path | None = None, synthetic_vocab: bool = False
+                      ) -> Path:
     """A random Gemma 3 text model in GGUF. Every 6th layer is full attention (as in
     llama.cpp); norm weights are stored with the +1 folded in, as llama.cpp's converter
     writes Gemma norms. `types` maps a tensor suffix (attn_q, ffn_down, token_embd, ...)
     to its GGML type; the defaults mix Q4_0, Q4_K, Q5_0, Q6_K, Q8_0 and F32.
-    tokenizer_from: a GGUF whose tokenizer (of `vocab` tokens) to copy, so that llama.cpp
-    loads the model too (it refuses a GGUF without one)."""
+    tokenizer_from: a GGUF whose tokenizer (of `vocab` tokens) to copy, or synthetic_vocab:
+    a made-up one, so that llama.cpp loads the model too (it refuses a GGUF without a
+    tokenizer). Neither: no tokenizer (the torch engines score token ids without one)."""
     types = {"token_embd": T.Q8_0, "attn_q": T.Q5_0, "attn_k": T.Q4_0, "attn_v": T.Q8_0,
              "attn_output": T.Q4_K, "ffn_gate": T.Q4_1, "ffn_up": T.Q5_0, "ffn_down": T.Q6_K,
              **(types or {})}
@@ -80,10 +82,12 @@ def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1e6)
     w.add_sliding_window(window)
-    if tokenizer_from is None:
-        w.add_bos_token_id(2)
-    else:
+    if tokenizer_from is not None:
         _copy_tokenizer(w, Path(tokenizer_from), vocab)
+    elif synthetic_vocab:
+        _synthetic_tokenizer(w, vocab)
+    else:
+        w.add_bos_token_id(2)
 
     def add(name: str, kind: str, rows: int, cols: int) -> None:
         qtype = types.get(kind, T.F32)
@@ -113,6 +117,29 @@ def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _synthetic_tokenizer(w: gguf.GGUFWriter, vocab: int) -> None:
+    """A SentencePiece-style vocabulary laid out as Gemma's: <pad> <eos> <bos> <unk>, the
+    256 byte tokens, then the word boundary and made-up words. Enough for llama.cpp to
+    load the model; text tokenizes into word boundaries and bytes."""
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    if vocab < len(specials) + len(bytes_):
+        raise ValueError(f"a synthetic vocabulary needs at least 260 tokens, got {vocab}")
+    # a space is the word boundary itself; every other character goes by its bytes
+    n_words = vocab - len(specials) - len(bytes_) - 1
+    words = ["\u2581"] + [f"\u2581w{i}" for i in range(n_words)]
+    T_ = gguf.TokenType
+    w.add_tokenizer_model("llama")
+    w.add_token_list(specials + bytes_ + words)
+    w.add_token_scores([0.0] * vocab)
+    w.add_token_types([T_.CONTROL] * 3 + [T_.UNKNOWN] + [T_.BYTE] * 256
+                      + [T_.NORMAL] * len(words))
+    w.add_pad_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_bos_token_id(2)
+    w.add_unk_token_id(3)
 
 
 def _copy_tokenizer(w: gguf.GGUFWriter, source: Path, vocab: int) -> None:

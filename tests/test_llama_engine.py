@@ -213,3 +213,28 @@ def test_random_weights_with_the_real_tokenizer_load_in_llama_cpp(model_path, tm
     with pytest.raises(ValueError, match="262144 tokens, the model 384"):
         write_tiny_gemma3(tmp_path / "s.gguf", np.random.default_rng(0), vocab=384,
                           tokenizer_from=model_path)
+
+
+def test_random_weights_with_a_made_up_vocabulary_load_in_llama_cpp(tmp_path):
+    """Where the model is absent, `decider bench --shape` gives the random weights a
+    synthetic vocabulary: llama.cpp loads it, and both engines read text the same way."""
+    from decider.engines.random_gguf import write_tiny_gemma3
+
+    path = write_tiny_gemma3(tmp_path / "v.gguf", np.random.default_rng(0), vocab=600,
+                             synthetic_vocab=True)
+    llama, torch_engine = load_engine("llama", path, 256), load_engine("triton", path, 256)
+    try:
+        assert llama.info.n_vocab == 600
+        ids = llama.tokenize("a late parcel")
+        # a leading word boundary, a boundary (id 260) per space, bytes (id 4 + byte)
+        want = [260 if c == " " else 4 + ord(c) for c in " a late parcel"]
+        assert ids == torch_engine.tokenize("a late parcel") == want
+        job = ScoreJob((2, *ids), (Branch((300, 301), ((4,), (5,))),))
+        [[[node]]] = llama.score([job])
+        assert np.isfinite(node.logits).all()
+    finally:
+        llama.close()
+        torch_engine.close()
+    with pytest.raises(ValueError, match="at least 260 tokens, got 100"):
+        write_tiny_gemma3(tmp_path / "w.gguf", np.random.default_rng(0), vocab=100,
+                          synthetic_vocab=True)
