@@ -14,6 +14,10 @@ site=${SITE:-/tmp/site}
 if [ "${1:-}" = --install ]; then
   while [ ! -f "$work/done" ]; do sleep 5; done
   tail -3 "$work/build.log"
+  if ! ls "$work"/wheel/llama_cpp_python-*.whl > /dev/null 2>&1; then
+    echo "the build failed: $work/build.log" >&2
+    exit 1
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$work"/wheel/*.whl
   exit
 fi
