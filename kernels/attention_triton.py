@@ -166,8 +166,8 @@ def _blocks(rows: int, block_d: int, dtype: torch.dtype) -> tuple[int, int, int,
     """(BLOCK_M, BLOCK_N, warps, stages) for a pass of `rows` query rows, from the H200
     sweep of scripts/bench_kernels.py (head dim 256, bf16): narrow query blocks for short
     passes (programs enough to fill the GPU), 64-key blocks. fp32 tiles are twice the
-    bytes: half the keys and two stages, to fit the shared memory."""
-    block_m = 16 if rows <= 1024 else 64
+    bytes: half the keys, eight warps and two stages keep them in registers and shared
+    memory."""
     if dtype == torch.float32 and block_d > 128:
-        return block_m, 32, 4, 2
-    return block_m, 64, 4, 3
+        return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2
+    return (16 if rows <= 1024 else 64), 64, 4, 3
