@@ -129,6 +129,8 @@ def _dequantize_kernel(codes_ptr, scale_ptr, offset_ptr, w_ptr, N, stride_cn, st
 
 Blocks = tuple[int, int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
 MAX_TILES = 1 << 14  # output tiles of one split-K launch (its arrival counts)
+# arrival counts, one set per device: split-K launches on a device must not overlap, which
+# holds while they go to its default stream (the engines' passes and graph replays do)
 _counts: dict[torch.device, torch.Tensor] = {}
 
 
