@@ -176,8 +176,8 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
             passes.append(packed)
             packed = Pass(window)
         for s in range(0, n_prefix, budget):  # through the cache
-            chunk = Pass(window, "write")
-            _place_prefix(chunk, job.prefix[s:s + budget], s, len(job.prefix[s:s + budget]))
+            chunk, ids = Pass(window, "write"), job.prefix[s:s + budget]
+            _place_prefix(chunk, ids, s, len(ids))
             passes.append(chunk)
         group = Pass(window, "read")
         for bi, branch in enumerate(job.branches):

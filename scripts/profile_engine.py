@@ -1,6 +1,7 @@
 """Where the Triton engine spends its time on a random gemma-3-270m-shaped model (CUDA):
-one yes/no at 120 and at 2000 tokens, and 128 decisions of 256 tokens in one call. For each: wall
-time, the host-side layout alone, and torch.profiler's top operations by device time."""
+one yes/no at 120 and at 2000 tokens, and 128 decisions of 256 tokens in one call. For
+each: wall time, the host-side layout alone, and torch.profiler's top operations by
+device time."""
 
 import tempfile
 import time
@@ -12,6 +13,7 @@ from torch.profiler import ProfilerActivity, profile
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.engines.passes import plan
 from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
+from decider.engines.torch_engine import N_BATCH
 
 path = f"{tempfile.mkdtemp()}/g270m.gguf"
 write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **SHAPES["gemma-3-270m"])
@@ -35,7 +37,7 @@ for name, jobs in (("1 x 120 tokens", [job(120)]), ("1 x 2000 tokens", [job(2000
     wall = (time.perf_counter() - t0) / 10
     t0 = time.perf_counter()
     for _ in range(10):
-        plan(jobs, 8192, 512)
+        plan(jobs, N_BATCH["cuda"], engine.model.cfg.window)
     layout = (time.perf_counter() - t0) / 10
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         engine.score(jobs)
