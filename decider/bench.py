@@ -169,58 +169,76 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 4, 16, 64),
     return rows
 
 
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 20,
                      prompt_tokens: Sequence[int] = (120, 2000), batch: int = 128,
                      batch_tokens: int = 256, n_ctx: int = 4096) -> dict:
-    """The same score() work through several engines in one process: one yes/no at each
-    prompt length (median ms), and `batch` concurrent decisions of `batch_tokens` tokens
-    in one call (decisions/s). Token ids are random: speed does not depend on them.
-    An engine is named alone or as name:dtype (reference:bfloat16: transformers in bf16,
-    on the GPU when there is one); with a GPU, llama.cpp gets every layer on it (a CPU
-    build of llama-cpp-python ignores that)."""
-    from decider.engines import Branch, ScoreJob, load_engine
+    """The same score() work through several engines: one yes/no at each prompt length
+    (median ms), and `batch` concurrent decisions of `batch_tokens` tokens in one call
+    (decisions/s). An engine is named alone or as name:dtype (reference:bfloat16:
+    transformers in bf16, on the GPU when there is one).
 
-    rng = np.random.default_rng(0)
+    Each engine runs in a fresh process of its own, one after another: no engine's memory
+    or GPU libraries are in the process of the next (llama.cpp's CUDA build and PyTorch's
+    CUDA libraries crash when loaded into one process, docs/benchmarks.md). The jobs are
+    the same in each: random token ids (speed does not depend on them) from one seed,
+    below min(vocabulary, 1000). An engine that fails or whose process dies is reported
+    and left out of the table."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
     table: dict[str, dict[str, float]] = {}
     for name in engines:
-        kind, _, dtype = name.partition(":")
-        options = {"dtype": dtype} if dtype else {}
-        if kind == "reference" and dtype and _has_cuda():
-            options["device"] = "cuda"
-        if kind == "llama" and _has_cuda():
-            options["n_gpu_layers"] = -1
-        engine = load_engine(kind, model_path, n_ctx, **options)
-        print(f"{name}: {engine.info.weights}; memory at n_ctx {n_ctx}: " + ", ".join(
-            f"{k} {v / 2**20:.1f} MiB" for k, v in engine.info.memory.items()), flush=True)
-        if not table:  # the same jobs for every engine, ids inside the vocabulary
-            vocab = min(engine.info.n_vocab, 1000)
-
-            def job(n: int, vocab: int = vocab) -> ScoreJob:
-                ids = rng.integers(5, vocab, n).tolist()
-                return ScoreJob((2, *ids[: n - 9]), (Branch(tuple(ids[n - 9:]), ((3,), (4,))),))
-
-            singles = {n: job(n) for n in prompt_tokens}
-            many = [job(batch_tokens) for _ in range(batch)]
-        col = table.setdefault(name, {})
-        for n, j in singles.items():
-            col[f"1 yes/no, {n} tokens (ms)"] = _median_ms(
-                lambda e=engine, j=j: e.score([j]), repeat)
-        ms = _median_ms(lambda e=engine, jobs=many: e.score(jobs), max(3, repeat // 4))
-        col[f"{batch} x {batch_tokens} tokens (decisions/s)"] = batch / ms * 1000
-        engine.close()
-    rows = list(next(iter(table.values())))
-    first = engines[0]
+        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+            run = pool.submit(_bench_engine, model_path, name, repeat, tuple(prompt_tokens),
+                              batch, batch_tokens, n_ctx)
+            try:
+                table[name] = run.result()
+            except Exception as e:  # noqa: BLE001 - the other engines still run
+                print(f"{name}: failed: {type(e).__name__}: {e}", flush=True)
+    if not table:
+        return table
+    names = list(table)
+    rows = list(table[names[0]])
+    first = names[0]
     print(f"{model_path}, {repeat} runs, medians; ratios: {first} against each other engine")
-    print(f"{'workload':<36}" + "".join(f"{e:>14}" for e in engines) + "".join(
-        f"{first + '/' + e:>20}" for e in engines[1:]))
+    print(f"{'workload':<36}" + "".join(f"{e:>14}" for e in names) + "".join(
+        f"{first + '/' + e:>20}" for e in names[1:]))
     for r in rows:
-        vals = [table[e][r] for e in engines]
+        vals = [table[e][r] for e in names]
         print(f"{r:<36}" + "".join(f"{v:>14.2f}" for v in vals) + "".join(
             f"{vals[0] / v:>20.3f}" for v in vals[1:]))
     return table
+
+
+def _bench_engine(model_path: str, name: str, repeat: int, prompt_tokens: tuple[int, ...],
+                  batch: int, batch_tokens: int, n_ctx: int) -> dict[str, float]:
+    """One engine's column of run_engine_bench, in the process that calls it."""
+    from decider.engines import Branch, ScoreJob, load_engine
+
+    kind, _, dtype = name.partition(":")
+    options: dict = {"dtype": dtype} if dtype else {}
+    if kind == "reference" and dtype:
+        import torch
+
+        if torch.cuda.is_available():
+            options["device"] = "cuda"
+    if kind == "llama":  # every layer on the GPU; a CPU build ignores it
+        options["n_gpu_layers"] = -1
+    engine = load_engine(kind, model_path, n_ctx, **options)
+    print(f"{name}: {engine.info.weights}; memory at n_ctx {n_ctx}: " + ", ".join(
+        f"{k} {v / 2**20:.1f} MiB" for k, v in engine.info.memory.items()), flush=True)
+    rng = np.random.default_rng(0)
+    vocab = min(engine.info.n_vocab, 1000)
+
+    def job(n: int) -> ScoreJob:
+        ids = rng.integers(5, vocab, n).tolist()
+        return ScoreJob((2, *ids[: n - 9]), (Branch(tuple(ids[n - 9:]), ((3,), (4,))),))
+
+    singles = {n: job(n) for n in prompt_tokens}
+    many = [job(batch_tokens) for _ in range(batch)]
+    col = {f"1 yes/no, {n} tokens (ms)": _median_ms(lambda j=j: engine.score([j]), repeat)
+           for n, j in singles.items()}
+    ms = _median_ms(lambda: engine.score(many), max(3, repeat // 4))
+    col[f"{batch} x {batch_tokens} tokens (decisions/s)"] = batch / ms * 1000
+    engine.close()
+    return col

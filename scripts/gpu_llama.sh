@@ -5,9 +5,9 @@
 #   bash scripts/gpu_llama.sh SDIST.tar.gz [WHEELS_DIR]   # starts the build, returns
 #   bash scripts/gpu_llama.sh --install                   # waits for it, installs it
 #
-# The build (about five minutes on 16 cores) runs in its own process session, so the
-# shell that started it may end. WHEELS_DIR holds wheels it needs that the machine lacks
-# (diskcache). The install goes where scripts/gpu_run.sh puts the carried wheels.
+# The build (about five minutes on 16 cores, at low priority beside measurements) runs
+# in its own process session, so the shell that started it may end. WHEELS_DIR holds
+# wheels it needs that the machine lacks (diskcache). The install goes where scripts/gpu_run.sh puts the carried wheels.
 set -euo pipefail
 work=/tmp/llama-cuda
 site=${SITE:-/tmp/site}
@@ -27,6 +27,6 @@ tar xzf "$1" -C "$work"
 src=$(ls -d "$work"/llama_cpp_python-*/)
 cd "$src"
 CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAVA_BUILD=off" \
-  setsid nohup bash -c "python3 -m pip wheel --no-build-isolation --no-deps -w '$work/wheel' . \
+  setsid nohup nice -n 19 bash -c "python3 -m pip wheel --no-build-isolation --no-deps -w '$work/wheel' . \
   > '$work/build.log' 2>&1; touch '$work/done'" < /dev/null > /dev/null 2>&1 &
 echo "building llama-cpp-python for CUDA in $src (log: $work/build.log)"

@@ -238,3 +238,23 @@ def test_random_weights_with_a_made_up_vocabulary_load_in_llama_cpp(tmp_path):
     with pytest.raises(ValueError, match="at least 260 tokens, got 100"):
         write_tiny_gemma3(tmp_path / "w.gguf", np.random.default_rng(0), vocab=100,
                           synthetic_vocab=True)
+
+
+def test_engine_bench_runs_each_engine_in_its_own_process(tmp_path, capsys):
+    """`decider bench --engines`: the same jobs through each engine, each in a fresh
+    process; an engine that fails is reported and the others still make the table."""
+    from decider.bench import run_engine_bench
+    from decider.engines.random_gguf import write_tiny_gemma3
+
+    path = write_tiny_gemma3(tmp_path / "b.gguf", np.random.default_rng(0), vocab=600,
+                             synthetic_vocab=True)
+    table = run_engine_bench(str(path), ["llama", "reference:int4", "triton"], repeat=2,
+                             prompt_tokens=(20, 40), batch=3, batch_tokens=16, n_ctx=128)
+    out = capsys.readouterr().out
+    assert list(table) == ["llama", "triton"]
+    assert "reference:int4: failed: ConfigError: dtype must be" in out
+    for col in table.values():
+        assert list(col) == ["1 yes/no, 20 tokens (ms)", "1 yes/no, 40 tokens (ms)",
+                             "3 x 16 tokens (decisions/s)"]
+        assert all(v > 0 for v in col.values())
+    assert "llama/triton" in out and "reference" not in out.split("failed")[1]
