@@ -9,29 +9,17 @@ pool (captured largest first), since they never run at the same time.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from .passes import END, LO_FULL, LO_SLIDE
+from .passes import Pass
 
 SMALLEST = 64
-
-
-def pad(meta: np.ndarray, size: int) -> np.ndarray:
-    """meta [5, T] -> [5, size]: padding tokens (id 0 at position 0) see only themselves."""
-    t = meta.shape[1]
-    out = np.zeros((5, size), np.int32)
-    out[:, :t] = meta
-    idx = np.arange(t, size, dtype=np.int32)
-    out[LO_FULL, t:] = out[LO_SLIDE, t:] = idx
-    out[END, t:] = idx + 1
-    return out
 
 
 class GraphRunner:
     def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device) -> None:
         self.sizes = [SMALLEST << i for i in range(max(max_tokens // SMALLEST, 1).bit_length())]
-        self._meta = {n: torch.from_numpy(pad(np.zeros((5, 0), np.int32), n)).to(device)
+        self._meta = {n: torch.from_numpy(Pass(1).meta(n)).to(device)  # all padding
                       for n in self.sizes}
         self._out: dict[int, torch.Tensor] = {}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}

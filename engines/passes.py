@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 
 import numpy as np
 
@@ -68,19 +69,30 @@ class Pass:
         """Whether its first token is at position 0 (a prefix chunk: the cache starts anew)."""
         return bool(self._chains) and self._chains[0][0] == 0
 
-    def meta(self) -> np.ndarray:
-        """int32 [5, T]: ids, pos, lo_full, lo_slide, end."""
-        n = np.fromiter(map(len, self._ids), np.int64, len(self._ids))
-        starts = np.cumsum(n) - n
-        chain = np.repeat(np.arange(len(n)), n)
-        pos0, lo_full, end, before, follow = np.array(self._chains, np.int64)[chain].T
-        start = starts[chain]
-        pos = pos0 + np.arange(self.tokens) - start
-        oldest = pos - self.window + 1
-        lo_slide = np.where(oldest >= pos0, start + oldest - pos0,
-                            before + np.maximum(oldest, 0) * follow)
-        ids = np.fromiter((t for ts in self._ids for t in ts), np.int64, self.tokens)
-        return np.stack([ids, pos, lo_full, lo_slide, end]).astype(np.int32)
+    def meta(self, size: int = 0) -> np.ndarray:
+        """int32 [5, max(size, tokens)]: ids, pos, lo_full, lo_slide, end. Tokens past the
+        pass's own pad it to `size` (a captured graph's): id 0 at position 0, each seeing
+        only itself."""
+        t = self.tokens
+        out = np.empty((5, max(size, t)), np.int32)
+        n = np.fromiter(map(len, self._ids), np.int32, len(self._ids))
+        # each token's chain fields, and the in-pass index of its chain's first token
+        pos0, lo_full, end, before, follow = np.repeat(
+            np.array(self._chains, np.int32).reshape(-1, 5).T, n, axis=1)
+        start = np.repeat(np.cumsum(n) - n, n)
+        ids, pos, _, lo_slide, _ = out[:, :t]
+        ids[:] = np.fromiter(chain.from_iterable(self._ids), np.int32, t)
+        np.add(np.arange(t, dtype=np.int32), pos0 - start, out=pos)
+        out[LO_FULL, :t] = lo_full
+        oldest = pos - (self.window - 1)
+        lo_slide[:] = np.where(oldest >= pos0, start + oldest - pos0,
+                               before + np.maximum(oldest, 0) * follow)
+        out[END, :t] = end
+        padding = np.arange(t, out.shape[1], dtype=np.int32)
+        out[IDS, t:] = out[POS, t:] = 0
+        out[LO_FULL, t:] = out[LO_SLIDE, t:] = padding
+        out[END, t:] = padding + 1
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows,
                    resolve_n_ctx)
 from .checkpoints import has_tokenizer, read_gemma3
-from .cuda_graphs import GraphRunner, pad
+from .cuda_graphs import GraphRunner
 from .faults import begin_pass
 from .gemma3 import Gemma3, activation_dtype
 from .gguf_weights import GGUFModel
@@ -140,8 +140,7 @@ class TorchEngine:
                              device=self.device)
         at = 0
         for p, size in zip(layout.passes, sizes, strict=True):
-            meta = p.meta()
-            meta = self._staging.put(pad(meta, size) if size != p.tokens else meta)
+            meta = self._staging.put(p.meta(size))
             rows = self._staging.put(np.asarray(p.rows, np.int32))
             if p.cache == "write" and p.starts_sequence:
                 self.cache.clear()

@@ -11,7 +11,6 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from decider.engines import Branch, ScoreJob, load_engine
-from decider.engines.cuda_graphs import pad
 from decider.engines.passes import plan
 from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 from decider.engines.torch_engine import N_BATCH
@@ -27,7 +26,7 @@ def replay_ms(one: ScoreJob) -> float:
     it): the call's wall time less this is host work and the launches after the graph."""
     graphs = engine._graphs
     [p] = plan([one], N_BATCH["cuda"], engine.model.cfg.window).passes
-    meta = torch.from_numpy(pad(p.meta(), graphs.bucket(p.tokens))).cuda()
+    meta = torch.from_numpy(p.meta(graphs.bucket(p.tokens))).cuda()
     times = []
     for _ in range(20):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

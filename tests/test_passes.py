@@ -97,3 +97,20 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget):
     assert next(passes, None) is None
     assert len(layout.outputs) == sum(len(label_trie(b.candidates)) for j in jobs
                                       for b in j.branches)
+
+
+def test_a_pass_padded_to_a_graph_size_keeps_its_columns_and_pads_with_lone_tokens():
+    """meta(size): the pass's own columns unchanged, then tokens that see only themselves
+    (id 0 at position 0), so padding changes no real token's attention."""
+    rng = np.random.default_rng()
+    [p] = plan([random_job(rng) for _ in range(3)], 10_000, int(rng.integers(1, 20))).passes
+    size = p.tokens + int(rng.integers(1, 50))
+    padded = p.meta(size)
+    assert padded.shape == (5, size) and padded.dtype == np.int32
+    assert (padded[:, :p.tokens] == p.meta()).all()
+    pad = np.arange(p.tokens, size)
+    assert (padded[IDS, p.tokens:] == 0).all() and (padded[POS, p.tokens:] == 0).all()
+    for row in (LO_FULL, LO_SLIDE):
+        assert (padded[row, p.tokens:] == pad).all()
+    assert (padded[END, p.tokens:] == pad + 1).all()
+    assert (p.meta(p.tokens - 1) == p.meta()).all()  # never cut
