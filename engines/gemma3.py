@@ -18,7 +18,7 @@ from torch import nn
 
 from decider.kernels.attention import attend
 from decider.kernels.fused import add_rms_norm, gelu_mul, qk_norm_rope_, rms_norm, rope_tables
-from decider.kernels.qmatmul import QWeight, embed, qmatmul, qmatmul_logsumexp
+from decider.kernels.qmatmul import QWeight, embed, qmatmul, qmatmul_gelu, qmatmul_logsumexp
 
 from .gguf_weights import GGUFModel, Packed
 from .kv_cache import KVCache
@@ -92,13 +92,19 @@ def activation_dtype(name: str) -> torch.dtype:
 
 
 class Linear(nn.Module):
-    """y = x @ [W_1; W_2; ...].T: one projection, or several side by side (q, k, v; gate,
-    up) in one output. Packed parts of one form are concatenated into one weight at load
-    (one matmul); parts that differ each write their columns of the output."""
+    """y = x @ [W_1; W_2; ...].T: one projection, or several side by side (q, k, v) in one
+    output; interleaved (gate, up), the rows of two alternate instead (output column 2i
+    from the first, 2i + 1 from the second: fused.gelu_mul's layout, which a matmul tile
+    can finish in its epilogue). Packed parts of one form are joined into one weight at
+    load (one matmul); parts that differ each write their own columns."""
 
-    def __init__(self, weights: list[Packed | np.ndarray], dtype: torch.dtype) -> None:
+    def __init__(self, weights: list[Packed | np.ndarray], dtype: torch.dtype,
+                 interleave: bool = False) -> None:
         super().__init__()
-        self.parts = [_join(weights)] if _joinable(weights) else weights
+        if interleave and len(weights) != 2:
+            raise ValueError(f"interleaving takes two projections, got {len(weights)}")
+        self.interleave = interleave
+        self.parts = [_join(weights, interleave)] if _joinable(weights) else weights
         self.parts = [qweight(w) if isinstance(w, Packed) else
                       torch.from_numpy(np.array(w, np.float32)).to(dtype) for w in self.parts]
         self.out_features = sum(w.shape[0] for w in self.parts)
@@ -114,11 +120,23 @@ class Linear(nn.Module):
         if len(self.parts) == 1:
             return _matmul(x, self.parts[0])
         out = torch.empty(len(x), self.out_features, dtype=x.dtype, device=x.device)
+        if self.interleave:
+            pairs = out.view(len(x), -1, 2)
+            for j, w in enumerate(self.parts):
+                pairs[:, :, j] = _matmul(x, w)
+            return out
         at = 0
         for w in self.parts:
             _matmul(x, w, out[:, at:at + w.shape[0]])
             at += w.shape[0]
         return out
+
+    def gelu(self, x: torch.Tensor) -> torch.Tensor:
+        """gelu_tanh(gate) * up [T, F] of an interleaved (gate, up) projection: in the
+        packed matmul's epilogue when both are one packed weight."""
+        if len(self.parts) == 1 and isinstance(self.parts[0], QWeight):
+            return qmatmul_gelu(x, self.parts[0])
+        return gelu_mul(self(x))
 
 
 def _nbytes(w: QWeight | torch.Tensor) -> int:
@@ -138,15 +156,21 @@ def _joinable(ws: list[Packed | np.ndarray]) -> bool:
                for w in ws)
 
 
-def _join(ws: list[Packed | np.ndarray]) -> Packed | np.ndarray:
+def _join(ws: list[Packed | np.ndarray], interleave: bool) -> Packed | np.ndarray:
+    """One weight of the parts' rows: one part after another, or alternating."""
     if len(ws) == 1:
         return ws[0]
+
+    def rows(arrays: list[np.ndarray]) -> np.ndarray:
+        if interleave:
+            return np.stack(arrays, 1).reshape(-1, *arrays[0].shape[1:])
+        return np.concatenate(arrays)
+
     if not isinstance(ws[0], Packed):
-        return np.concatenate([np.asarray(w, np.float32) for w in ws])
-    offset = None if ws[0].offset is None else np.concatenate([w.offset for w in ws])
-    return Packed(ws[0].kind, np.concatenate([w.codes for w in ws]),
-                  np.concatenate([w.scale for w in ws]), offset, ws[0].group,
-                  "+".join(w.source for w in ws))
+        return rows([np.asarray(w, np.float32) for w in ws])
+    offset = None if ws[0].offset is None else rows([w.offset for w in ws])
+    return Packed(ws[0].kind, rows([w.codes for w in ws]), rows([w.scale for w in ws]), offset,
+                  ws[0].group, "+".join(w.source for w in ws))
 
 
 def qweight(w: Packed) -> QWeight:
@@ -162,7 +186,8 @@ class Block(nn.Module):
         p = f"blk.{i}."
         self.qkv = Linear([t[p + n + ".weight"] for n in ("attn_q", "attn_k", "attn_v")], dtype)
         self.o = Linear([t[p + "attn_output.weight"]], dtype)
-        self.gate_up = Linear([t[p + n + ".weight"] for n in ("ffn_gate", "ffn_up")], dtype)
+        self.gate_up = Linear([t[p + n + ".weight"] for n in ("ffn_gate", "ffn_up")], dtype,
+                              interleave=True)
         self.down = Linear([t[p + "ffn_down.weight"]], dtype)
         for n in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm",
                   "attn_q_norm", "attn_k_norm"):
@@ -188,7 +213,7 @@ class Block(nn.Module):
             cache.write(self.index, k, v)
         x, h = add_rms_norm(x, self.o(a.view(t, hq * d)), self.post_attention_norm,
                             self.ffn_norm, cfg.eps)
-        return add_rms_norm(x, self.down(gelu_mul(self.gate_up(h))), self.post_ffw_norm,
+        return add_rms_norm(x, self.down(self.gate_up.gelu(h)), self.post_ffw_norm,
                             norm_next, cfg.eps)
 
 

@@ -63,8 +63,10 @@ def qk_norm_rope_(x: torch.Tensor, n_q: int, w_q: torch.Tensor, w_k: torch.Tenso
 
 
 def gelu_mul(gu: torch.Tensor) -> torch.Tensor:
-    """gu [T, 2F] (gate, then up) -> gelu_tanh(gate) * up [T, F]."""
+    """gu [T, 2F] (gate and up interleaved: column 2i gate i, 2i + 1 up i) ->
+    gelu_tanh(gate) * up [T, F]. Interleaved, a matmul tile holds both halves of its
+    outputs, so the packed matmul can apply this in its epilogue (qmatmul_gelu)."""
     if (k := _cuda(gu)) is not None:
         return k.gelu_mul(gu)
-    gate, up = gu.chunk(2, -1)
-    return (F.gelu(gate.float(), approximate="tanh") * up.float()).to(gu.dtype)
+    gate, up = gu.unflatten(-1, (-1, 2)).float().unbind(-1)
+    return (F.gelu(gate, approximate="tanh") * up).to(gu.dtype)

@@ -65,16 +65,21 @@ def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, NQ, H
 
 
 @triton.jit
+def gelu_tanh(g):
+    """gelu, tanh form, in fp32: tanh(z) = 2 sigmoid(2z) - 1."""
+    z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+    return g * tl.sigmoid(2.0 * z)
+
+
+@triton.jit
 def _gelu_mul_kernel(gu_ptr, o_ptr, F, stride_gu, BLOCK: tl.constexpr):
     row, blk = tl.program_id(0), tl.program_id(1)
     c = blk * BLOCK + tl.arange(0, BLOCK)
     mask = c < F
-    g = tl.load(gu_ptr + row * stride_gu + c, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(gu_ptr + row * stride_gu + F + c, mask=mask, other=0.0).to(tl.float32)
-    # gelu, tanh form: tanh(z) = 2 sigmoid(2z) - 1
-    z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-    gelu = g * tl.sigmoid(2.0 * z)
-    tl.store(o_ptr + row * F + c, (gelu * u).to(o_ptr.dtype.element_ty), mask=mask)
+    pairs = 2 * c[:, None] + tl.arange(0, 2)[None, :]  # [BLOCK, 2]: gate, up side by side
+    g, u = tl.split(tl.load(gu_ptr + row * stride_gu + pairs, mask=mask[:, None],
+                            other=0.0).to(tl.float32))
+    tl.store(o_ptr + row * F + c, (gelu_tanh(g) * u).to(o_ptr.dtype.element_ty), mask=mask)
 
 
 def _rows(x: torch.Tensor, n: int, name: str) -> None:

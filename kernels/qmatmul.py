@@ -78,6 +78,19 @@ def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None) -> tor
     return out
 
 
+def qmatmul_gelu(x: torch.Tensor, w: QWeight) -> torch.Tensor:
+    """x [M, K] @ dequant(w).T with w's rows gate and up interleaved (row 2i gate i, 2i + 1
+    up i) -> gelu_tanh(gate) * up [M, N / 2] (fused.gelu_mul). On CUDA the matmul's
+    epilogue computes it, so the [M, N] product never goes to memory."""
+    if x.is_cuda:
+        from .qmatmul_triton import qmatmul_gelu_triton
+
+        return qmatmul_gelu_triton(x, w)
+    from .fused import gelu_mul
+
+    return gelu_mul(qmatmul(x, w))
+
+
 def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None
                       ) -> torch.Tensor:
     """logsumexp over N of x @ dequant(w).T in fp32 -> [M] (into `out` when given): the

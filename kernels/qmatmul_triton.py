@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .fused_triton import gelu_mul, gelu_tanh
 from .qmatmul import QWeight
 
 LARGE_M = 1024  # rows from which dequantize + cuBLAS wins
@@ -52,16 +53,34 @@ def _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn, k0, stride_cn, stride_sn,
 
 
 @triton.jit
+def _store(y_ptr, acc, rm, pid_n, M, N, stride_ym, GELU: tl.constexpr, BLOCK_M: tl.constexpr,
+           BLOCK_N: tl.constexpr):
+    """A finished fp32 tile of columns pid_n * BN..: stored as it is, or (GELU) each
+    interleaved (gate, up) column pair as gelu_tanh(gate) * up, in columns pid_n * BN / 2.."""
+    m_ok = (rm < M)[:, None]
+    if GELU:
+        g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))
+        rn = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :],
+                 (gelu_tanh(g) * u).to(y_ptr.dtype.element_ty), mask=m_ok & (rn < N // 2)[None, :])
+    else:
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+                 mask=m_ok & (rn < N)[None, :])
+
+
+@triton.jit
 def _qmatmul_kernel(
     x_ptr, codes_ptr, scale_ptr, offset_ptr, y_ptr, z_ptr, count_ptr,
     M, N, K,
     stride_xm, stride_cn, stride_sn, stride_ym,
     BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, IEEE: tl.constexpr,
-    LSE: tl.constexpr, SPLIT_K: tl.constexpr,
+    LSE: tl.constexpr, GELU: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """y = x @ W.T; or (LSE) per row and column block, the max of its logits in y and the
-    sum of their exp(logit - max) in z, at [row, program along N].
+    """y = x @ W.T (GELU: then gelu_tanh(gate) * up of W's interleaved gate and up rows);
+    or (LSE) per row and column block, the max of its logits in y and the sum of their
+    exp(logit - max) in z, at [row, program along N].
 
     SPLIT_K > 1: program (m, n, s) sums the s-th K slice into z [SPLIT_K, M, N] (fp32)
     and counts itself in count_ptr[tile]; the tile's last program adds the slices up in
@@ -96,8 +115,7 @@ def _qmatmul_kernel(
         tl.store(y_ptr + rm * stride_ym + pid_n, top, mask=m_ok)
         tl.store(z_ptr + rm * stride_ym + pid_n, tl.sum(tl.exp(s - top[:, None]), 1), mask=m_ok)
     elif SPLIT_K == 1:
-        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
-                 mask=mn_ok)
+        _store(y_ptr, acc, rm, pid_n, M, N, stride_ym, GELU, BLOCK_M, BLOCK_N)
     else:
         part = rm[:, None] * N + rn[None, :]
         tl.store(z_ptr + tl.program_id(2) * M * N + part, acc, mask=mn_ok)
@@ -108,8 +126,7 @@ def _qmatmul_kernel(
             for s in range(SPLIT_K):
                 acc += tl.load(z_ptr + s * M * N + part, mask=mn_ok, other=0.0,
                                cache_modifier=".cg")
-            tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :],
-                     acc.to(y_ptr.dtype.element_ty), mask=mn_ok)
+            _store(y_ptr, acc, rm, pid_n, M, N, stride_ym, GELU, BLOCK_M, BLOCK_N)
             tl.store(count_ptr + tile, 0)
 
 
@@ -192,28 +209,55 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
     x.dtype, or into `out` when given: x.dtype or fp32 (the head's logits), any row stride
     (a column slice of a wider buffer). blocks: tiles to use instead of the built-in
     choice (for tuning; it also keeps the fused kernel at any M)."""
-    n, k = w.shape
-    if x.dim() != 2 or x.shape[1] != k:
-        raise ValueError(f"x must be [M, {k}], got {tuple(x.shape)}")
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise ValueError(f"x must be fp16, bf16 or fp32, got {x.dtype}")
-    x = x if x.stride(1) == 1 else x.contiguous()
-    parts = [w.codes, w.scale] + ([w.offset] if w.offset is not None else [])
-    if any(t.device != x.device for t in parts):
-        raise ValueError("x and the packed weight must be on one device")
-    m = x.shape[0]
+    x = _activations(x, w)
+    m, n = x.shape[0], w.shape[0]
     if out is not None and (out.shape != (m, n) or out.dtype not in (x.dtype, torch.float32)
                             or out.stride(1) != 1):
         raise ValueError(f"out must be [{m}, {n}] in {x.dtype} or fp32, unit column stride")
-    if blocks is None and m >= LARGE_M and n * k <= LARGE_W and x.dtype != torch.float32:
+    if blocks is None and _cublas(x, w):
         y = torch.matmul(x, dequantize_triton(w, x.dtype).T)
         return y if out is None else out.copy_(y)
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    if m == 0 or n == 0:
-        return out
-    _launch(x, w, out, out, blocks or _blocks(m, n, k, w.group, x.element_size()), lse=False)
+    if m and n:
+        _launch(x, w, out, out, blocks or _blocks(m, n, x.shape[1], w.group, x.element_size()))
     return out
+
+
+def qmatmul_gelu_triton(x: torch.Tensor, w: QWeight, blocks: Blocks | None = None
+                        ) -> torch.Tensor:
+    """x [M, K] @ dequant(w).T, w's rows gate and up interleaved -> gelu_tanh(gate) * up
+    [M, N / 2] in x.dtype, in the matmul's epilogue (past LARGE_M: cuBLAS, then gelu_mul)."""
+    x = _activations(x, w)
+    m, n = x.shape[0], w.shape[0]
+    if n % 2:
+        raise ValueError(f"interleaved gate and up rows come in pairs, got {n} rows")
+    if blocks is None and _cublas(x, w):
+        return gelu_mul(torch.matmul(x, dequantize_triton(w, x.dtype).T))
+    out = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
+    if m and n:
+        _launch(x, w, out, out, blocks or _blocks(m, n, x.shape[1], w.group, x.element_size()),
+                gelu=True)
+    return out
+
+
+def _activations(x: torch.Tensor, w: QWeight) -> torch.Tensor:
+    """x checked against w, with unit stride along K."""
+    k = w.shape[1]
+    if x.dim() != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be [M, {k}], got {tuple(x.shape)}")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"x must be fp16, bf16 or fp32, got {x.dtype}")
+    parts = [w.codes, w.scale] + ([w.offset] if w.offset is not None else [])
+    if any(t.device != x.device for t in parts):
+        raise ValueError("x and the packed weight must be on one device")
+    return x if x.stride(1) == 1 else x.contiguous()
+
+
+def _cublas(x: torch.Tensor, w: QWeight) -> bool:
+    """Whether dequantize + cuBLAS beats the fused kernel here."""
+    n, k = w.shape
+    return x.shape[0] >= LARGE_M and n * k <= LARGE_W and x.dtype != torch.float32
 
 
 def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None
@@ -259,7 +303,8 @@ def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr):
     tl.store(out_ptr + row, peak_all + tl.log(tl.sum(acc, 0)))
 
 
-def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool) -> None:
+def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool = False, gelu: bool = False
+            ) -> None:
     m, k = x.shape
     n = w.shape[0]
     codes, scale, offset = _operands(w)
@@ -279,6 +324,6 @@ def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool) -> None:
         x, codes, scale, offset, y, z, count, m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
-        IEEE=x.dtype == torch.float32, LSE=lse, SPLIT_K=split,
+        IEEE=x.dtype == torch.float32, LSE=lse, GELU=gelu, SPLIT_K=split,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )

@@ -48,6 +48,16 @@ def test_qmatmul_and_embed_match_the_dense_weight(qtype, monkeypatch):
     assert torch.equal(qm.dequantize(sub), torch.from_numpy(ref)[[7, 2]] + 0.0)
 
 
+def test_qmatmul_gelu_is_gelu_times_up_of_interleaved_rows():
+    rng = np.random.default_rng()
+    w, ref = packed(T.Q5_0, 48, 64, rng)  # rows 2i gate i, 2i + 1 up i
+    x = torch.randn(7, 64)
+    y = x @ torch.from_numpy(ref).T
+    want = F.gelu(y[:, 0::2], approximate="tanh") * y[:, 1::2]
+    torch.testing.assert_close(qm.qmatmul_gelu(x, w), want, rtol=1e-5,
+                               atol=1e-5 * want.abs().max())
+
+
 def naive_attention(q, k, v, allowed, scale):
     """One query, one head at a time, in float64."""
     t, hq, d = q.shape
@@ -124,9 +134,9 @@ def test_fused_steps_match_their_plain_definitions():
     xs, h = fused.add_rms_norm(x, y, w1, w2, 1e-6)
     torch.testing.assert_close(xs, x + hf_norm(y, w1))
     torch.testing.assert_close(h, hf_norm(x + hf_norm(y, w1), w2))
-    gu = torch.randn(5, 2 * 24)
-    torch.testing.assert_close(fused.gelu_mul(gu), F.gelu(gu[:, :24], approximate="tanh")
-                               * gu[:, 24:])
+    gu = torch.randn(5, 2 * 24)  # gate and up interleaved
+    torch.testing.assert_close(fused.gelu_mul(gu), F.gelu(gu[:, 0::2], approximate="tanh")
+                               * gu[:, 1::2])
 
     heads = torch.randn(7, 3 + 1 + 1, 16)  # q heads, k head, v head (left alone)
     wq, wk = torch.randn(16), torch.randn(16)
@@ -141,3 +151,29 @@ def test_fused_steps_match_their_plain_definitions():
     torch.testing.assert_close(heads[:, :3], q)
     torch.testing.assert_close(heads[:, 3:4], k)
     assert torch.equal(heads[:, 4], want_v)
+
+
+@pytest.mark.parametrize("types", [(T.Q5_0, T.Q8_0), (T.Q4_1, T.Q5_0), (T.F32, T.F32)],
+                         ids=["joined", "separate", "dense"])
+def test_an_interleaved_projection_alternates_its_two_weights_rows(types):
+    """Linear(interleave=True): output column 2i from the first weight, 2i + 1 from the
+    second, whether the two pack into one weight (one matmul), differ in form (one each)
+    or are dense; .gelu is gelu_mul of that output."""
+    from decider.engines.gemma3 import Linear
+
+    rng = np.random.default_rng()
+    weights, dense = [], []
+    for qtype in types:
+        block, _ = gguf.GGML_QUANT_SIZES[qtype]
+        raw = random_blocks(qtype, 24 * 64 // block, rng).reshape(24, -1) if qtype != T.F32 \
+            else rng.standard_normal((24, 64)).astype(np.float32)
+        weights.append(pack(raw, qtype, 24, "w") if qtype != T.F32 else raw)
+        dense.append(torch.from_numpy(raw if qtype == T.F32
+                                      else gguf.quants.dequantize(raw, qtype)))
+    linear = Linear(weights, torch.float32, interleave=True)
+    assert len(linear.parts) == (2 if types == (T.Q4_1, T.Q5_0) else 1)
+    x = torch.randn(5, 64)
+    want = torch.stack([x @ dense[0].T, x @ dense[1].T], -1).flatten(1)  # [5, 48]
+    got = linear(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max())
+    torch.testing.assert_close(linear.gelu(x), fused.gelu_mul(got))

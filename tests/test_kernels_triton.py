@@ -71,6 +71,8 @@ def test_qmatmul_matches_the_reference(case):
     w = random_qweight(n, k, bits, group)
     x = torch.randn(m, k)
     close(qmatmul_triton(x, w), qm.qmatmul(x, w))
+    gate_up = random_qweight(2 * n, k, bits, group)  # gelu in the epilogue: pairs of rows
+    close(qmt.qmatmul_gelu_triton(x, gate_up), fused.gelu_mul(qm.qmatmul(x, gate_up)))
 
 
 def test_qmatmul_reads_strided_rows_and_row_subsets():

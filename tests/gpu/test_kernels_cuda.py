@@ -63,6 +63,18 @@ def test_qmatmul_bf16_on_gemma3_shapes(quant, k, n, m):
     close(qmatmul_triton(x, w), qm.qmatmul(x.float(), w))
 
 
+@pytest.mark.parametrize("m", [1, 100, 500, 2048])
+@pytest.mark.parametrize("k,n", [(640, 4096), (1152, 13824)], ids=str)
+def test_qmatmul_gelu_bf16_on_gemma3_gate_up_shapes(k, n, m):
+    """gelu(gate) * up in the epilogue (fp32, before any rounding), and past LARGE_M
+    cuBLAS then gelu_mul: against the reference on the same interleaved weight."""
+    from decider.kernels.qmatmul_triton import qmatmul_gelu_triton
+
+    w = random_qweight(n, k, 8, 32)
+    x = torch.randn(m, k, device=DEV).bfloat16()
+    close(qmatmul_gelu_triton(x, w), qm.qmatmul_gelu(x.float().cpu(), w.to("cpu")))
+
+
 @pytest.mark.parametrize("tiles", [(32, 32, 64, 4, 3, 2), (64, 16, 128, 4, 3, 5),
                                    (128, 64, 64, 8, 3, 10)], ids=str)
 def test_qmatmul_split_k_is_deterministic_and_leaves_the_counts_zero(tiles):
