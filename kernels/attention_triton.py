@@ -50,9 +50,7 @@ def _attention_kernel(
     HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    # the last query blocks see the most keys: they go first (the GPU starts programs in
-    # launch order), so the short ones fill in behind them instead of the long ones last
-    pid_m, kv_head = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1)
+    pid_m, kv_head = tl.program_id(0), tl.program_id(1)
     r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows: (token, query head of the group)
     rm = r // GROUP
     head = kv_head * GROUP + r % GROUP
