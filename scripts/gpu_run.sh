@@ -12,6 +12,10 @@ rm -rf "$pkg" && mkdir -p "$pkg"
 cp -r "$here/decider" "$pkg/" && cp -r "$here/engines" "$pkg/decider/engines"
 cp -r "$here/kernels" "$pkg/decider/kernels" && cp -r "$here/tests" "$here/scripts" "$here/kernels" "$pkg/"
 export PYTHONPATH=$pkg:/tmp/site PYTHONUNBUFFERED=1
+# llama.cpp's CUDA build (scripts/gpu_llama.sh) segfaults at load in a process that
+# imported numpy first, as decider's do, unless its library is preloaded
+case ${ENGINES:-} in *llama*) [ -f /tmp/site/llama_cpp/lib/libllama.so ] &&
+  export LD_PRELOAD=/tmp/site/llama_cpp/lib/libllama.so ;; esac
 cd "$pkg"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c 'import torch, triton, transformers, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, transformers.__version__)'
