@@ -274,7 +274,8 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
         out = torch.empty(m, dtype=torch.float32, device=x.device)
     if out.shape != (m,) or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError(f"out must be contiguous fp32 [{m}]")
-    blocks = _blocks(m, n, k, w.group, x.element_size())
+    # one K slice: each program's (max, sum of exp) pair needs its tile's whole sums
+    blocks = _blocks(m, n, k, w.group, x.element_size())[:5] + (1,)
     cols = triton.cdiv(n, blocks[1])
     top = torch.empty(m, cols, dtype=torch.float32, device=x.device)
     total = torch.empty_like(top)

@@ -185,10 +185,12 @@ def test_dequantize_kernel_is_exact(bits, group):
     assert torch.equal(dequantize_triton(w, torch.float32), qm.dequantize(w))
 
 
-@pytest.mark.parametrize("m", [1, 20])
-def test_logsumexp_head_never_writing_the_logits(m):
-    w = random_qweight(1000, 64, 8, 32)  # 16 column blocks, the last ragged
-    x = torch.randn(m, 64)
+@pytest.mark.parametrize("m,k", [(1, 64), (20, 64), (20, 2560)])
+def test_logsumexp_head_never_writing_the_logits(m, k):
+    """Ragged column blocks; a hidden size past 2048 (Gemma 3 4B), where the plain
+    matmul's tiles split K, which the logsumexp's pairs cannot."""
+    w = random_qweight(1000, k, 8, 32)  # 16 column blocks, the last ragged
+    x = torch.randn(m, k)
     close(qmt.qmatmul_logsumexp(x, w), qm.qmatmul_logsumexp(x, w))
 
 
