@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # One call on a CUDA machine with no network: wheels carried in .whl/, the package laid
 # out for import without installing, then the GPU tests and the benchmarks.
-# Results go to $OUT (default ./gpu-out).
+# Results go to $OUT (default ./gpu-out). Settings (environment): TESTS (paths, or none),
+# K (pytest -k), KERNELS=0/1 (tile sweep), PROFILE=0/1, BASE (A/B against a commit's
+# package), SHAPES, ENGINES, N_CTX, REPEAT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$here"/.whl/*.whl
 pkg=/tmp/pkg
-rm -rf "$pkg" && mkdir -p "$pkg"
-cp -r "$here/decider" "$pkg/" && cp -r "$here/engines" "$pkg/decider/engines"
-cp -r "$here/kernels" "$pkg/decider/kernels" && cp -r "$here/tests" "$here/scripts" "$here/kernels" "$pkg/"
+bash "$here/scripts/layout_package.sh" "$here" "$pkg"
 export PYTHONPATH=$pkg:/tmp/site PYTHONUNBUFFERED=1
 # llama.cpp's CUDA build (scripts/gpu_llama.sh) segfaults at load in a process that
 # imported numpy first, as decider's do, unless its library is preloaded
@@ -31,6 +31,17 @@ if [ "${KERNELS:-1}" = 1 ]; then
 fi
 if [ "${PROFILE:-1}" = 1 ]; then
   python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
+fi
+if [ -n "${BASE:-}" ]; then  # A/B in one lease: BASE is a commit's package, made here
+  # by `scripts/layout_package.sh --rev REV .carry/base.tgz` and carried; the runs alternate
+  mkdir -p /tmp/base && tar xzf "$here/$BASE" -C /tmp/base
+  for round in 1 2; do
+    for side in /tmp/base "$pkg"; do
+      echo "== $([ "$side" = "$pkg" ] && echo this checkout || echo "$BASE"), round $round"
+      (cd "$side" && PYTHONPATH=$side:/tmp/site python3 -m decider.cli bench --engines triton \
+        --shape gemma-3-270m --n-ctx 32768 --repeat 20 2>&1 | tail -3)
+    done
+  done | tee "$out/ab.txt"
 fi
 for shape in ${SHAPES:-gemma-3-270m}; do
   python3 -m decider.cli bench --engines "${ENGINES:-triton,reference:bfloat16}" \
