@@ -177,17 +177,19 @@ def _blocks(m: int, n: int, k: int, group: int, itemsize: int = 2) -> Blocks:
     scripts/bench_kernels.py on Gemma 3 270M shapes in CUDA graphs (docs/benchmarks.md):
     wide K tiles (few loop trips, each of which waits on memory), M tiles of half the rows
     up to 128, narrow N tiles for few rows (programs enough to fill the GPU), and two K
-    slices from K = 2048. Past 16 rows fp32 operands (itemsize 4) take K tiles of at most
-    64, which keeps their pipelined tiles within the shared memory."""
+    slices from K = 2048 (unless the tiles alone are more than the split-K counts hold:
+    programs enough anyway). Past 16 rows fp32 operands (itemsize 4) take K tiles of at
+    most 64, which keeps their pipelined tiles within the shared memory."""
     fits = _k_tiles(k, group)
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
         return 16, 64, fits[0], 4, 3, 1
     bk = fits[0] if itemsize <= 2 else _k_tile(k, group)
-    split = 2 if k >= 2048 and k % (2 * bk) == 0 else 1
-    if itemsize <= 2 and m <= 128 and k % (256 * split) == 0 and 256 % group == 0:
-        bk = 256
     bm = min(128, max(32, triton.next_power_of_2(m) // 2))
     bn = (16 if m <= 128 else 32) * (2 if n >= 4096 else 1)
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    split = 2 if k >= 2048 and k % (2 * bk) == 0 and tiles <= MAX_TILES else 1
+    if itemsize <= 2 and m <= 128 and k % (256 * split) == 0 and 256 % group == 0:
+        bk = 256
     return bm, bn, bk, 8 if bm * bn >= 128 * 64 else 4, 3, split
 
 

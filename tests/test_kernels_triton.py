@@ -7,6 +7,7 @@ another order, 1e-4 relative to the largest output (measured: below 1e-6).
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -20,7 +21,7 @@ if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("triton was imported without TRITON_INTERPRET=1 in this process: "
                 "run this file in its own pytest process", allow_module_level=True)
 os.environ["TRITON_INTERPRET"] = "1"
-pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
+triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
 from trees import draw, forest_inputs  # noqa: E402
 
@@ -73,6 +74,23 @@ def test_qmatmul_matches_the_reference(case):
     close(qmatmul_triton(x, w), qm.qmatmul(x, w))
     gate_up = random_qweight(2 * n, k, bits, group)  # gelu in the epilogue: pairs of rows
     close(qmt.qmatmul_gelu_triton(x, gate_up), fused.gelu_mul(qm.qmatmul(x, gate_up)))
+
+
+@pytest.mark.parametrize("hidden,q,kv,ffn", [(640, 1024, 256, 2048), (1152, 1024, 256, 6912),
+                                           (2560, 2048, 1024, 10240), (3840, 4096, 2048, 15360),
+                                           (5376, 4096, 2048, 21504)],
+                         ids=["270m", "1b", "4b", "12b", "27b"])
+def test_tile_choice_launches_on_every_gemma3_shape(hidden, q, kv, ffn):
+    """Every projection of each Gemma 3 size, at every pass size the graphs capture and
+    in both activation widths: the built-in tiles are ones the launcher accepts (K tiles
+    that divide K and its slices, whole groups, split-K only within its counts)."""
+    linears = {"qkv": (hidden, q + 2 * kv), "o": (q, hidden), "gate_up": (hidden, 2 * ffn),
+               "down": (ffn, hidden)}
+    for (k, n), group in itertools.product(linears.values(), (16, 32, 128)):
+        for m, itemsize in itertools.product([1, 16, 17, 64, 128, 1024, 8192], (2, 4)):
+            bm, bn, bk, _, _, split = qmt._blocks(m, n, k, group, itemsize)
+            assert k % (split * bk) == 0 and (bk % group == 0 or group % bk == 0)
+            assert split == 1 or triton.cdiv(m, bm) * triton.cdiv(n, bn) <= qmt.MAX_TILES
 
 
 def test_qmatmul_reads_strided_rows_and_row_subsets():
