@@ -2,8 +2,9 @@
 # llama-cpp-python built for CUDA (Hopper, sm_90) from its source archive, on a machine
 # with no network, for the llama rows of `decider bench --engines` on the GPU.
 #
-#   bash scripts/gpu_llama.sh SDIST.tar.gz [WHEELS_DIR]   # starts the build, returns
-#   bash scripts/gpu_llama.sh --install                   # waits for it, installs it
+#   bash scripts/gpu_llama.sh --trim SDIST.tar.gz OUT.tgz # here: the source, 7 MB of 94
+#   bash scripts/gpu_llama.sh SDIST.tar.gz [WHEELS_DIR]   # there: starts the build, returns
+#   bash scripts/gpu_llama.sh --install                   # there: waits for it, installs it
 #
 # The build (about five minutes on 16 cores, at low priority beside measurements) runs
 # in its own process session, so the shell that started it may end. WHEELS_DIR holds
@@ -11,6 +12,18 @@
 set -euo pipefail
 work=/tmp/llama-cuda
 site=${SITE:-/tmp/site}
+if [ "${1:-}" = --trim ]; then  # what a CUDA build never reads: it travels faster without
+  tmp=$(mktemp -d)
+  tar xzf "$2" -C "$tmp"
+  src=$(ls -d "$tmp"/llama_cpp_python-*/)
+  rm -rf "$src/.git" "$src"/vendor/llama.cpp/{docs,models,benches,media,tools/ui}
+  for backend in rpc virtgpu cann openvino webgpu et metal hexagon sycl vulkan opencl; do
+    rm -rf "$src/vendor/llama.cpp/ggml/src/ggml-$backend"
+  done
+  tar czf "$3" -C "$tmp" "$(basename "$src")"
+  rm -rf "$tmp"
+  exit
+fi
 if [ "${1:-}" = --install ]; then
   while [ ! -f "$work/done" ]; do sleep 5; done
   tail -3 "$work/build.log"
