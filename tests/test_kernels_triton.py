@@ -2,7 +2,9 @@
 
 fp32 operands only: the interpreter's bf16 tl.dot is wrong. Shapes are small and drawn
 fresh each run inside each case's regime (the ids say which). Tolerance: fp32 sums in
-another order, 1e-4 relative to the largest output (measured: below 1e-6).
+another order, 1e-4 relative to the largest output (measured: below 1e-6). gelu is
+checked against float64: torch's fp32 tanh form loses digits to 1 + tanh(z) for very
+negative gates (2 in 3000 draws of one case missed the bound that way).
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ def test_qmatmul_matches_the_reference(case):
     x = torch.randn(m, k)
     close(qmatmul_triton(x, w), qm.qmatmul(x, w))
     gate_up = random_qweight(2 * n, k, bits, group)  # gelu in the epilogue: pairs of rows
-    close(qmt.qmatmul_gelu_triton(x, gate_up), fused.gelu_mul(qm.qmatmul(x, gate_up)))
+    y = qm.qmatmul(x.double(), gate_up)  # float64: fp32's 1 + tanh cancels for gate << 0
+    close(qmt.qmatmul_gelu_triton(x, gate_up).double(),
+          torch.nn.functional.gelu(y[:, 0::2], approximate="tanh") * y[:, 1::2])
 
 
 @pytest.mark.parametrize("hidden,q,kv,ffn", [(640, 1024, 256, 2048), (1152, 1024, 256, 6912),
