@@ -32,7 +32,7 @@ fi
 if [ "${PROFILE:-1}" = 1 ]; then
   python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
 fi
-if [ -n "${BASE:-}" ]; then  # A/B in one lease: BASE is a commit's package, made here
+if [ -n "${BASE:-}" ]; then  # A/B on one machine: BASE is a commit's package, made here
   # by `scripts/layout_package.sh --rev REV .carry/base.tgz` and carried; the runs alternate
   mkdir -p /tmp/base && tar xzf "$here/$BASE" -C /tmp/base
   for round in 1 2; do
