@@ -7,9 +7,11 @@ them: per-call time with no host launch cost, and for the matmuls with the weigh
 cycling through enough copies to exceed the L2 cache (a model's layers do). qmatmul
 (bf16 activations, packed weights) at each pass size the graphs capture, against a bf16
 matmul of the weight already dense (cuBLAS: the floor a dequantizing kernel chases) and
-the built-in tile choice; attention (bf16, 4 query heads, 1 KV head, head dim 256)
-against F.scaled_dot_product_attention on equal-length causal sequences. Tiles compile
-in parallel processes first. Loads the kernels from this checkout; no network.
+the built-in tile choice (gate_up also with gelu*up: the best tile with it in the
+epilogue, against the built-in path, which past 1024 rows is cuBLAS then a gelu kernel);
+attention (bf16, 4 query heads, 1 KV head, head dim 256) against
+F.scaled_dot_product_attention on equal-length causal sequences. Tiles compile in
+parallel processes first. Loads the kernels from this checkout; no network.
 """
 
 from __future__ import annotations
@@ -149,6 +151,13 @@ def bench_qmatmul() -> None:
             best = "  ".join(f"{t} {us:.1f}" for us, t in ranked[:3])
             print(f"{name} {bits}b g{group} [{n}x{k}]".ljust(24),
                   f"{m:5d} {builtin:9.1f} {ranked[0][0]:7.1f} {floor:7.1f}  {best}", flush=True)
+            if name == "gate_up":  # with gelu*up: in the fused epilogue, or a kernel after
+                fused = graph_ms([lambda w=w: qmt.qmatmul_gelu_triton(x, w, ranked[0][1])
+                                  for w in copies]) * 1e3
+                plain = graph_ms([lambda w=w: qmt.qmatmul_gelu_triton(x, w)
+                                  for w in copies]) * 1e3
+                print(f"{'  + gelu*up':24} {m:5d} {plain:9.1f} {fused:7.1f}  (built-in, the "
+                      "best tile above with gelu in its epilogue)", flush=True)
 
 
 def bench_attention() -> None:
