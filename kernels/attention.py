@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import dispatch
+
 BLOCK_Q = 256  # queries per block: bounds the [heads, block, keys] score matrix
 
 
@@ -72,7 +74,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor,
            q_pos: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
     """The pass contract above; cache: (k [S, Hkv, D], v, pos [S]) with q_pos [T].
     On CUDA the Triton kernel, elsewhere this reference."""
-    if q.is_cuda:
+    if dispatch.triton(q):
         from .attention_triton import attention_triton  # Triton only where it compiles
 
         return attention_triton(q, k, v, lo, end, scale, cache=cache, q_pos=q_pos,

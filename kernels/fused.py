@@ -10,10 +10,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import dispatch
+
 
 def _cuda(x: torch.Tensor):
-    if x.is_cuda:
-        from . import fused_triton  # Triton only where it compiles
+    if dispatch.triton(x):
+        from . import fused_triton  # Triton only where it runs
 
         return fused_triton
     return None

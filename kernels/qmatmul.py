@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import dispatch
+
 CHUNK_ROWS = 16384  # rows dequantized at a time: bounds the fp32 copy of a vocab-sized W
 
 
@@ -66,7 +68,7 @@ def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None) -> tor
     """x [M, K] @ dequant(w).T -> [M, N], into `out` when given (a column slice of a wider
     buffer will do). On CUDA the Triton kernel reads the packed words; elsewhere this
     reference dequantizes at most CHUNK_ROWS rows at a time."""
-    if x.is_cuda:
+    if dispatch.triton(x):
         from .qmatmul_triton import qmatmul_triton  # Triton only where it compiles
 
         return qmatmul_triton(x, w, out)
@@ -82,7 +84,7 @@ def qmatmul_gelu(x: torch.Tensor, w: QWeight) -> torch.Tensor:
     """x [M, K] @ dequant(w).T with w's rows gate and up interleaved (row 2i gate i, 2i + 1
     up i) -> gelu_tanh(gate) * up [M, N / 2] (fused.gelu_mul). On CUDA the matmul's
     epilogue computes it, so the [M, N] product never goes to memory."""
-    if x.is_cuda:
+    if dispatch.triton(x):
         from .qmatmul_triton import qmatmul_gelu_triton
 
         return qmatmul_gelu_triton(x, w)
@@ -95,7 +97,7 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
                       ) -> torch.Tensor:
     """logsumexp over N of x @ dequant(w).T in fp32 -> [M] (into `out` when given): the
     head's normaliser. On CUDA two Triton kernels that never write the [M, N] logits."""
-    if x.is_cuda:
+    if dispatch.triton(x):
         from .qmatmul_triton import qmatmul_logsumexp as on_gpu
 
         return on_gpu(x, w, out)

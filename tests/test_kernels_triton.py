@@ -232,3 +232,32 @@ def test_norms_keep_an_fp32_residual_stream_beside_low_precision_sublayers(dtype
     assert h.dtype == dtype
     torch.testing.assert_close(h.float(), fused.rms_norm(x, w1, 1e-6, dtype).float(),
                                rtol=1e-2, atol=1e-2)
+
+
+def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatch, tmp_path):
+    """The torch engine's score() with every operation on the Triton kernels (CPU tensors,
+    interpreted, fp32): packed token trees, a job too long for one pass going through the
+    KV cache in chunks, label rows, the full-vocabulary logsumexp; the projections in
+    gemma-3-270m's packed forms (q, k, v and gate, up joined: the fused epilogues run).
+    Within the CPU path's 1e-3 of the transformers reference."""
+    import numpy as np
+    from test_torch_engine import VOCAB, max_diff, rand_branch, rand_ids
+
+    from decider.engines import ScoreJob, load_engine
+    from decider.engines.random_gguf import Q4_K_M, write_tiny_gemma3
+    from decider.kernels import dispatch
+
+    rng = np.random.default_rng()
+    path = write_tiny_gemma3(tmp_path / "m.gguf", rng, layers=2, window=16, vocab=VOCAB,
+                             types=Q4_K_M)
+    reference = load_engine("reference", path, 256)
+    monkeypatch.setattr(dispatch, "triton", lambda x: True)
+    engine = load_engine("triton", path, 256, device="cpu", n_batch=48)
+    jobs = [ScoreJob((2, *rand_ids(rng, n)), (rand_branch(rng, 3), rand_branch(rng, 2)))
+            for n in (5, 20, 70)]  # 70: through the cache in 48-token chunks
+    try:
+        for got, want in zip(engine.score(jobs), reference.score(jobs), strict=True):
+            assert max_diff(got, want) < 1e-3
+    finally:
+        engine.close()
+        reference.close()
