@@ -178,11 +178,11 @@ def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 2
     transformers in bf16, on the GPU when there is one).
 
     Each engine runs in a fresh process of its own, one after another: no engine's memory
-    or GPU libraries are in the process of the next (llama.cpp's CUDA build and PyTorch's
-    CUDA libraries crash when loaded into one process, docs/benchmarks.md). The jobs are
-    the same in each: random token ids (speed does not depend on them) from one seed,
-    below min(vocabulary, 1000). An engine that fails or whose process dies is reported
-    and left out of the table."""
+    or GPU libraries are in the process of the next, and one that crashes takes only its
+    own column (llama.cpp's CUDA build segfaulted at load on the H200 machine,
+    docs/benchmarks.md). The jobs are the same in each: random token ids (speed does not
+    depend on them) from one seed, below min(vocabulary, 1000). An engine that fails or
+    whose process dies is reported and left out of the table."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
