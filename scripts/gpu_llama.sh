@@ -8,7 +8,8 @@
 #
 # The build (about five minutes on 16 cores, at low priority beside measurements) runs
 # in its own process session, so the shell that started it may end. WHEELS_DIR holds
-# wheels it needs that the machine lacks (diskcache). The install goes where scripts/gpu_run.sh puts the carried wheels.
+# wheels it needs that the machine lacks (diskcache). The install goes where
+# scripts/gpu_run.sh puts the carried wheels.
 set -euo pipefail
 work=/tmp/llama-cuda
 site=${SITE:-/tmp/site}
