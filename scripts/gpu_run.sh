@@ -2,8 +2,8 @@
 # One call on a CUDA machine with no network: wheels carried in .whl/, the package laid
 # out for import without installing, then the GPU tests and the benchmarks.
 # Results go to $OUT (default ./gpu-out). Settings (environment): TESTS (paths, or none),
-# K (pytest -k), KERNELS=0/1 (tile sweep), PROFILE=0/1, BASE (A/B against a commit's
-# package), SHAPES, ENGINES, N_CTX, REPEAT.
+# K (pytest -k), KERNELS=0/1 (tile sweep), PROFILE=0/1, BASE (A/B against commits'
+# packages), SHAPES, ENGINES, N_CTX, REPEAT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}
@@ -32,12 +32,17 @@ fi
 if [ "${PROFILE:-1}" = 1 ]; then
   python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
 fi
-if [ -n "${BASE:-}" ]; then  # A/B on one machine: BASE is a commit's package, made here
-  # by `scripts/layout_package.sh --rev REV .carry/base.tgz` and carried; the runs alternate
-  mkdir -p /tmp/base && tar xzf "$here/$BASE" -C /tmp/base
+if [ -n "${BASE:-}" ]; then  # A/B on one machine: BASE is one or more commits' packages,
+  # made here by `scripts/layout_package.sh --rev REV .carry/NAME.tgz` and carried; the
+  # runs alternate with this checkout's
+  sides=()
+  for tgz in $BASE; do
+    mkdir -p "/tmp/ab/$tgz" && tar xzf "$here/$tgz" -C "/tmp/ab/$tgz" && sides+=("/tmp/ab/$tgz")
+  done
+  sides+=("$pkg")
   for round in 1 2; do
-    for side in /tmp/base "$pkg"; do
-      echo "== $([ "$side" = "$pkg" ] && echo this checkout || echo "$BASE"), round $round"
+    for side in "${sides[@]}"; do
+      echo "== $([ "$side" = "$pkg" ] && echo this checkout || echo "${side#/tmp/ab/}"), round $round"
       (cd "$side" && PYTHONPATH=$side:/tmp/site python3 -m decider.cli bench --engines triton \
         --shape gemma-3-270m --n-ctx 32768 --repeat 20 2>&1 | tail -3)
     done
