@@ -361,13 +361,17 @@ def _bench_model_path(args: argparse.Namespace) -> str:
 
     if args.shape not in SHAPES:
         raise InvalidRequest([FieldViolation("--shape", f"one of {', '.join(SHAPES)}")])
-    try:  # a tokenizer goes along, so that the llama engine loads the file too: the
-        tokenizer = catalog.locate(entry)  # model's, or where it is absent a made-up one
-    except ModelNotFound:
-        tokenizer = None
+    # the llama engine loads no GGUF without a tokenizer: the model's, or where it is absent
+    # a made-up one; the torch engines score token ids without one (and without llama.cpp)
+    tokenizer, needs_one = None, "llama" in (e.partition(":")[0] for e in args.engines.split(","))
+    if needs_one:
+        try:
+            tokenizer = catalog.locate(entry)
+        except ModelNotFound:
+            pass
     path = f"{tempfile.mkdtemp()}/{args.shape}-random.gguf"
     write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, tokenizer_from=tokenizer,
-                      synthetic_vocab=tokenizer is None, **SHAPES[args.shape])
+                      synthetic_vocab=needs_one and tokenizer is None, **SHAPES[args.shape])
     return path
 
 

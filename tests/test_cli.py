@@ -196,3 +196,24 @@ def test_several_questions_share_one_prefix_and_match_separate_requests(decider)
             assert got == pytest.approx(want, abs=P_TOL)
     assert together.usage.prompt_tokens < sum(
         decider.decide(TEXT, [q]).usage.prompt_tokens for q in questions)
+
+
+@pytest.mark.parametrize("engines,tokenizer", [("triton,reference", False), ("triton,llama", True)])
+def test_bench_shape_gives_random_weights_a_tokenizer_only_for_llama(monkeypatch, engines,
+                                                                     tokenizer):
+    """`decider bench --shape`: the llama engine loads no GGUF without a tokenizer (the
+    model's is copied); the torch engines score token ids without one, so a benchmark of
+    them alone needs no llama.cpp."""
+    import argparse
+
+    import gguf
+
+    from decider.cli import _bench_model_path
+    from decider.engines.random_gguf import SHAPES
+
+    monkeypatch.setitem(SHAPES, "tiny", dict(layers=2, hidden=256, heads=2, kv_heads=1,
+                                             head_dim=128, ffn=256, vocab=262144, window=16))
+    path = _bench_model_path(argparse.Namespace(model=None, shape="tiny", engines=engines))
+    fields = gguf.GGUFReader(path).fields
+    assert ("tokenizer.ggml.model" in fields) is tokenizer
+    assert int(fields["gemma3.block_count"].parts[-1][0]) == 2
