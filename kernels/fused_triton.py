@@ -1,4 +1,6 @@
-"""Triton kernels of the contracts in fused.py: one program per token row, fp32 inside."""
+"""Triton kernels of the contracts in fused.py, fp32 inside. The norms and RoPE take a
+block of token rows per program: one row each makes thousands of tiny programs at passes
+of thousands of tokens (`_tile`: the H200 sweep of scripts/bench_kernels.py)."""
 
 from __future__ import annotations
 
@@ -9,55 +11,58 @@ import triton.language as tl
 
 @triton.jit
 def _norm(x, w, mask, n, eps):
+    """x [R, B] normed along its rows by w [B]; masked lanes are zero."""
     x = tl.where(mask, x, 0.0)
-    return x * tl.rsqrt(tl.sum(x * x, 0) / n + eps) * w
+    return x * tl.rsqrt(tl.sum(x * x, 1) / n + eps)[:, None] * w[None, :]
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, N, stride_x, stride_o, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
+def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, T, N, stride_x, stride_o, eps, ROWS: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]  # [R, 1]
     c = tl.arange(0, BLOCK)
-    mask = c < N
-    x = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + c, mask=mask, other=0.0)
-    tl.store(o_ptr + row * stride_o + c, _norm(x, w, mask, N, eps).to(o_ptr.dtype.element_ty),
-             mask=mask)
+    mask = (r < T) & (c < N)[None, :]
+    x = tl.load(x_ptr + r * stride_x + c[None, :], mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + c, mask=c < N, other=0.0)
+    tl.store(o_ptr + r * stride_o + c[None, :],
+             _norm(x, w, mask, N, eps).to(o_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, xo_ptr, h_ptr, N, stride_x, stride_y,
-                         eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
+def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, xo_ptr, h_ptr, T, N, stride_x,
+                         stride_y, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]  # [R, 1]
     c = tl.arange(0, BLOCK)
-    mask = c < N
-    y = tl.load(y_ptr + row * stride_y + c, mask=mask, other=0.0).to(tl.float32)
-    x = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0).to(tl.float32)
-    wy = tl.load(wy_ptr + c, mask=mask, other=0.0)
-    wn = tl.load(wn_ptr + c, mask=mask, other=0.0)
+    mask = (r < T) & (c < N)[None, :]
+    y = tl.load(y_ptr + r * stride_y + c[None, :], mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + r * stride_x + c[None, :], mask=mask, other=0.0).to(tl.float32)
+    wy = tl.load(wy_ptr + c, mask=c < N, other=0.0)
+    wn = tl.load(wn_ptr + c, mask=c < N, other=0.0)
     # norm(y) rounded to y's dtype and the stream to its own, as the torch reference does
     x = (x + _norm(y, wy, mask, N, eps).to(y_ptr.dtype.element_ty).to(tl.float32))
     x = x.to(xo_ptr.dtype.element_ty)
-    tl.store(xo_ptr + row * N + c, x, mask=mask)
+    tl.store(xo_ptr + r * N + c[None, :], x, mask=mask)
     h = _norm(x.to(tl.float32), wn, mask, N, eps)
-    tl.store(h_ptr + row * N + c, h.to(h_ptr.dtype.element_ty), mask=mask)
+    tl.store(h_ptr + r * N + c[None, :], h.to(h_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, NQ, H,
-                         stride_t, stride_h, eps, HALF: tl.constexpr, BLOCK_H: tl.constexpr):
-    t = tl.program_id(0)
-    h = tl.arange(0, BLOCK_H)[:, None]  # [BH, 1]
+def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, T, NQ,
+                         stride_t, stride_h, eps, HALF: tl.constexpr, ROWS: tl.constexpr):
+    """One head (program axis 1) of ROWS tokens: the head's halves as [R, D / 2] tiles."""
+    t = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]  # [R, 1]
+    head = tl.program_id(1)
     c = tl.arange(0, HALF)[None, :]  # [1, D / 2]
-    mask = (h < H) & (c < HALF)
-    base = x_ptr + t * stride_t + h * stride_h
+    mask = (t < T) & (c < HALF)
+    base = x_ptr + t * stride_t + head * stride_h
     x1 = tl.load(base + c, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(base + HALF + c, mask=mask, other=0.0).to(tl.float32)
-    is_q = h < NQ
+    is_q = head < NQ
     w1 = tl.where(is_q, tl.load(wq_ptr + c), tl.load(wk_ptr + c))
     w2 = tl.where(is_q, tl.load(wq_ptr + HALF + c), tl.load(wk_ptr + HALF + c))
     r = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1))[:, None] / (2 * HALF) + eps)
     x1, x2 = x1 * r * w1, x2 * r * w2
-    p = tl.load(pos_ptr + t)
+    p = tl.load(pos_ptr + t, mask=t < T, other=0)
     cs, sn = tl.load(cos_ptr + p * HALF + c), tl.load(sin_ptr + p * HALF + c)
     ty = x_ptr.dtype.element_ty
     tl.store(base + c, (x1 * cs - x2 * sn).to(ty), mask=mask)
@@ -93,19 +98,26 @@ def _weight(w: torch.Tensor, n: int, name: str) -> None:
         raise ValueError(f"{name} must be contiguous fp32 [{n}]")
 
 
-def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float,
-             dtype: torch.dtype | None = None) -> torch.Tensor:
+def _tile(t: int) -> tuple[int, int]:
+    """(token rows per program, warps) for a pass of t tokens."""
+    return (1, 4) if t <= 256 else (2, 4) if t <= 1024 else (4, 4)
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | None = None,
+             *, tile: tuple[int, int] | None = None) -> torch.Tensor:
     n = w.shape[0]
     _rows(x, n, "x")
     _weight(w, n, "w")
     out = torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
     if len(x):
-        _rms_norm_kernel[(len(x),)](x, w, out, n, x.stride(0), out.stride(0), eps,
-                                    BLOCK=triton.next_power_of_2(n))
+        rows, warps = tile or _tile(len(x))
+        _rms_norm_kernel[(triton.cdiv(len(x), rows),)](
+            x, w, out, len(x), n, x.stride(0), out.stride(0), eps, ROWS=rows,
+            BLOCK=triton.next_power_of_2(n), num_warps=warps)
     return out
 
 
-def add_rms_norm(x, y, w_y, w_next, eps):
+def add_rms_norm(x, y, w_y, w_next, eps, *, tile: tuple[int, int] | None = None):
     n = w_y.shape[0]
     _rows(x, n, "x")
     _rows(y, n, "y")
@@ -118,12 +130,14 @@ def add_rms_norm(x, y, w_y, w_next, eps):
     x_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     h = torch.empty(x.shape, dtype=y.dtype, device=x.device)
     if len(x):
-        _add_rms_norm_kernel[(len(x),)](x, y, w_y, w_next, x_out, h, n, x.stride(0),
-                                        y.stride(0), eps, BLOCK=triton.next_power_of_2(n))
+        rows, warps = tile or _tile(len(x))
+        _add_rms_norm_kernel[(triton.cdiv(len(x), rows),)](
+            x, y, w_y, w_next, x_out, h, len(x), n, x.stride(0), y.stride(0), eps, ROWS=rows,
+            BLOCK=triton.next_power_of_2(n), num_warps=warps)
     return x_out, h
 
 
-def qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps):
+def qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps, *, tile: tuple[int, int] | None = None):
     t, heads, d = x.shape
     if x.stride(2) != 1 or d % 2 or d & (d - 1):
         raise ValueError(f"x must be [T, H, D] with unit stride along a power-of-two D, got "
@@ -135,10 +149,11 @@ def qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps):
         raise ValueError(f"cos and sin must be contiguous fp32 [n, {d // 2}]")
     if pos.shape != (t,) or pos.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"pos must be integer [{t}]")
-    if t:
-        _qk_norm_rope_kernel[(t,)](x, w_q, w_k, pos, cos, sin, n_q, heads, x.stride(0),
-                                   x.stride(1), eps, HALF=d // 2,
-                                   BLOCK_H=max(2, triton.next_power_of_2(heads)))
+    if t and heads:
+        rows, warps = tile or _tile(t)
+        _qk_norm_rope_kernel[(triton.cdiv(t, rows), heads)](
+            x, w_q, w_k, pos, cos, sin, t, n_q, x.stride(0), x.stride(1), eps, HALF=d // 2,
+            ROWS=rows, num_warps=warps)
 
 
 def gelu_mul(gu: torch.Tensor) -> torch.Tensor:

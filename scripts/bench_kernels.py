@@ -1,6 +1,6 @@
 """Sweep the Triton kernels' tiles on CUDA, on Gemma 3 270M shapes; print medians.
 
-    python scripts/bench_kernels.py [qmatmul] [attention]
+    python scripts/bench_kernels.py [qmatmul] [attention] [fused]
 
 Each timing replays a CUDA graph of back-to-back calls, as the engine's graphs run
 them: per-call time with no host launch cost, and for the matmuls with the weights
@@ -10,7 +10,9 @@ matmul of the weight already dense (cuBLAS: the floor a dequantizing kernel chas
 the built-in tile choice (gate_up also with gelu*up: the best tile with it in the
 epilogue, against the built-in path, which past 1024 rows is cuBLAS then a gelu kernel);
 attention (bf16, 4 query heads, 1 KV head, head dim 256) against
-F.scaled_dot_product_attention on equal-length causal sequences. Tiles compile in
+F.scaled_dot_product_attention on equal-length causal sequences; the fused norms and
+RoPE (token rows per program, warps) at pass sizes from 128 to 8192 tokens, beside
+gelu*up's kernel as a yardstick of bytes moved. Tiles compile in
 parallel processes first. Loads the kernels from this checkout; no network.
 """
 
@@ -37,10 +39,12 @@ def load_kernels():
     spec.loader.exec_module(pkg)
     return (importlib.import_module("_bench_kernels.qmatmul"),
             importlib.import_module("_bench_kernels.qmatmul_triton"),
-            importlib.import_module("_bench_kernels.attention_triton"))
+            importlib.import_module("_bench_kernels.attention_triton"),
+            importlib.import_module("_bench_kernels.fused"),
+            importlib.import_module("_bench_kernels.fused_triton"))
 
 
-qm, qmt, att = load_kernels()
+qm, qmt, att, fu, fut = load_kernels()
 DEV = "cuda"
 L2_BYTES = 64 << 20  # cycle through more weight bytes than the H200's 50 MB L2
 HIDDEN, Q, KV, FFN, HEAD_DIM, WINDOW = 640, 4 * 256, 256, 2048, 256, 512
@@ -55,6 +59,9 @@ TILES = [(bm, bn, bk, w, 3, s) for bm, bn, bk, w, s in itertools.product(
 # attention: BLOCK_M, BLOCK_N, warps, stages
 ATT_TILES = list(itertools.product((16, 32, 64, 128), (16, 32, 64), (4, 8), (1, 2, 3)))
 TOKENS = {"128": (1, 128), "2048": (1, 2048), "128x256": (128, 256)}  # (sequences, each)
+# fused norms and RoPE: token rows per program, warps; pass sizes
+FUSED_TILES = list(itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)))
+FUSED_TOKENS = (128, 512, 2048, 8192)
 
 
 def graph_ms(calls: list, replays: int = 10) -> float:
@@ -102,6 +109,8 @@ def compile_some(jobs: list) -> int:
                 k, n, (bits, group) = LINEARS[name]
                 qmt.qmatmul_triton(torch.randn(tile[0], k, device=DEV, dtype=torch.bfloat16),
                                    random_qweight(n, k, bits, group), blocks=tile)
+            elif kernel == "fused":
+                fused_calls(64, tile)[name]()
             else:
                 q = torch.randn(64, 4, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
                 kv = torch.randn(64, 1, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
@@ -119,6 +128,8 @@ def precompile(parts: list[str], workers: int = 12) -> None:
     jobs = [("qmatmul", name, t) for (k, bits, group), name in forms.items()
             for t in TILES if "qmatmul" in parts and fits(t, 1024, k, group)]
     jobs += [("attention", "", t) for t in ATT_TILES if "attention" in parts]
+    jobs += [("fused", name, t) for t in FUSED_TILES for name in ("add_rms_norm", "qk_norm_rope")
+             if "fused" in parts]
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
         done = sum(pool.map(compile_some, [jobs[i::workers] for i in range(workers)]))
@@ -194,16 +205,53 @@ def bench_attention() -> None:
                   f"{ranked[0][0]:.1f}, SDPA causal {sdpa:.1f}  {best}", flush=True)
 
 
+def fused_calls(t: int, tile) -> dict:
+    """The engine's fused steps on a pass of t tokens (fp32 residual stream, bf16
+    sublayers; q, k, v heads of one fused QKV output), each a call with `tile`."""
+    x = torch.randn(t, HIDDEN, device=DEV)
+    y = torch.randn(t, HIDDEN, device=DEV, dtype=torch.bfloat16)
+    w = torch.rand(HIDDEN, device=DEV) + 0.5
+    heads = torch.randn(t, Q // HEAD_DIM + 2, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
+    wd = torch.rand(HEAD_DIM, device=DEV) + 0.5
+    pos = torch.arange(t, device=DEV, dtype=torch.int32)
+    cos, sin = (c.to(DEV) for c in fu.rope_tables(8192, HEAD_DIM, 1e6))
+    return {"add_rms_norm": lambda: fut.add_rms_norm(x, y, w, w, 1e-6, tile=tile),
+            "qk_norm_rope": lambda: fut.qk_norm_rope_(heads[:, :-1], Q // HEAD_DIM, wd, wd,
+                                                      pos, cos, sin, 1e-6, tile=tile)}
+
+
+def bench_fused() -> None:
+    print("fused steps: per-call us in a graph; tiles (token rows per program, warps)")
+    for t in FUSED_TOKENS:
+        gu = torch.randn(t, 2 * FFN, device=DEV, dtype=torch.bfloat16)
+        gelu = graph_ms([lambda: fut.gelu_mul(gu)] * 20) * 1e3
+        for name, builtin in fused_calls(t, None).items():
+            def timed(tile, name=name):
+                try:
+                    return graph_ms([fused_calls(t, tile)[name]] * 20) * 1e3
+                except Exception:  # noqa: BLE001 - does not fit the chip
+                    return float("inf")
+
+            ranked = sorted((timed(b), b) for b in FUSED_TILES)
+            best = "  ".join(f"{b} {us:.1f}" for us, b in ranked[:3])
+            ones = timed((1, 4))
+            print(f"{t:5d} {name:13}: built-in {graph_ms([builtin] * 20) * 1e3:.1f}, one row "
+                  f"a program {ones:.1f}, best {ranked[0][0]:.1f} (gelu*up {gelu:.1f})  {best}",
+                  flush=True)
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("needs CUDA")
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
-    parts = sys.argv[1:] or ["qmatmul", "attention"]
+    parts = sys.argv[1:] or ["qmatmul", "attention", "fused"]
     precompile(parts)
     if "qmatmul" in parts:
         bench_qmatmul()
     if "attention" in parts:
         bench_attention()
+    if "fused" in parts:
+        bench_fused()
 
 
 if __name__ == "__main__":

@@ -2,13 +2,13 @@
 # One call on a CUDA machine with no network: wheels carried in .whl/, the package laid
 # out for import without installing, then the GPU tests and the benchmarks.
 # Results go to $OUT (default ./gpu-out). Settings (environment): TESTS (paths, or none),
-# K (pytest -k), KERNELS=0/1 (tile sweep), PROFILE=0/1, BASE (A/B against commits'
+# K (pytest -k), KERNELS=0/1/parts (tile sweep), PROFILE=0/1, BASE (A/B against commits'
 # packages), SHAPES, ENGINES, N_CTX, REPEAT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$here"/.whl/*.whl
+python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site "$here"/.whl/*.whl
 pkg=/tmp/pkg
 bash "$here/scripts/layout_package.sh" "$here" "$pkg"
 export PYTHONPATH=$pkg:/tmp/site PYTHONUNBUFFERED=1
@@ -26,8 +26,9 @@ if [ "${TESTS:-}" != none ]; then
     ${TESTS:-tests/gpu tests/test_kernels.py tests/test_passes.py tests/test_torch_engine.py tests/test_gguf_weights.py} \
     2>&1 | tee "$out/tests.txt" | tail -25
 fi
-if [ "${KERNELS:-1}" = 1 ]; then
-  python3 scripts/bench_kernels.py 2>&1 | tee "$out/bench_kernels.txt" | tail -60
+if [ "${KERNELS:-1}" != 0 ]; then  # 1: every part, else the parts named
+  python3 scripts/bench_kernels.py $([ "${KERNELS:-1}" = 1 ] || echo "$KERNELS") 2>&1 \
+    | tee "$out/bench_kernels.txt" | tail -60
 fi
 if [ "${PROFILE:-1}" = 1 ]; then
   python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
