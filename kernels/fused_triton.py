@@ -98,9 +98,12 @@ def _weight(w: torch.Tensor, n: int, name: str) -> None:
         raise ValueError(f"{name} must be contiguous fp32 [{n}]")
 
 
-def _tile(t: int) -> tuple[int, int]:
-    """(token rows per program, warps) for a pass of t tokens."""
-    return (1, 4) if t <= 256 else (2, 4) if t <= 1024 else (4, 4)
+def _tile(t: int, kernel: str) -> tuple[int, int]:
+    """(token rows per program, warps) for a pass of t tokens: "norm" (a row of the
+    hidden size, one or two norms) or "rope" (a head's halves)."""
+    if t <= 256:
+        return (1, 2) if kernel == "norm" else (2, 1)
+    return (2, 4) if t <= 1024 and kernel == "norm" else (4, 4)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | None = None,
@@ -110,7 +113,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | 
     _weight(w, n, "w")
     out = torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
     if len(x):
-        rows, warps = tile or _tile(len(x))
+        rows, warps = tile or _tile(len(x), "norm")
         _rms_norm_kernel[(triton.cdiv(len(x), rows),)](
             x, w, out, len(x), n, x.stride(0), out.stride(0), eps, ROWS=rows,
             BLOCK=triton.next_power_of_2(n), num_warps=warps)
@@ -130,7 +133,7 @@ def add_rms_norm(x, y, w_y, w_next, eps, *, tile: tuple[int, int] | None = None)
     x_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     h = torch.empty(x.shape, dtype=y.dtype, device=x.device)
     if len(x):
-        rows, warps = tile or _tile(len(x))
+        rows, warps = tile or _tile(len(x), "norm")
         _add_rms_norm_kernel[(triton.cdiv(len(x), rows),)](
             x, y, w_y, w_next, x_out, h, len(x), n, x.stride(0), y.stride(0), eps, ROWS=rows,
             BLOCK=triton.next_power_of_2(n), num_warps=warps)
@@ -150,7 +153,7 @@ def qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps, *, tile: tuple[int, int]
     if pos.shape != (t,) or pos.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"pos must be integer [{t}]")
     if t and heads:
-        rows, warps = tile or _tile(t)
+        rows, warps = tile or _tile(t, "rope")
         _qk_norm_rope_kernel[(triton.cdiv(t, rows), heads)](
             x, w_q, w_k, pos, cos, sin, t, n_q, x.stride(0), x.stride(1), eps, HALF=d // 2,
             ROWS=rows, num_warps=warps)
