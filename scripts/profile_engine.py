@@ -1,7 +1,7 @@
 """Where the Triton engine spends its time on a random gemma-3-270m-shaped model (CUDA):
 one yes/no at 120 and at 2000 tokens, and 128 decisions of 256 tokens in one call. For
-each: wall time, the host-side layout alone, the replay of the pass's CUDA graph alone
-(one job) and torch.profiler's top operations by device time."""
+each: wall time, the host-side layout alone, torch.profiler's top operations by device
+time, and for one job the call taken apart (`stages`)."""
 
 import tempfile
 import time
@@ -21,21 +21,41 @@ engine = load_engine("triton", path, 4096)
 rng = np.random.default_rng(1)
 
 
-def replay_ms(one: ScoreJob) -> float:
-    """Median time of the CUDA graph that one job's pass replays, alone (CUDA events around
-    it): the call's wall time less this is host work and the launches after the graph."""
-    graphs = engine._graphs
-    [p] = plan([one], N_BATCH["cuda"], engine.model.cfg.window).passes
-    meta = torch.from_numpy(p.meta(graphs.bucket(p.tokens))).cuda()
+def median_ms(fn, reps: int = 30) -> float:
     times = []
-    for _ in range(20):
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
+
+
+def stages(one: ScoreJob) -> str:
+    """One job's call taken apart, medians: the whole call; its layout (host); its pass's
+    graph with the metadata copied in (host launch to device end) and the replay alone
+    (CUDA events around it); the head at the answer (label rows and the full-vocabulary
+    logsumexp). What the call adds to their sum is host work between them."""
+    graphs, model = engine._graphs, engine.model
+    [p] = plan([one], N_BATCH["cuda"], model.cfg.window).passes
+    meta = torch.from_numpy(p.meta(graphs.bucket(p.tokens))).cuda()
+    out = {"call": median_ms(lambda: engine.score([one])),
+           "layout": median_ms(lambda: plan([one], N_BATCH["cuda"], model.cfg.window)
+                               .passes[0].meta(graphs.bucket(p.tokens))),
+           "graph": median_ms(lambda: graphs.run(meta))}
+    times = []
+    for _ in range(30):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graphs.run(meta)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    return float(np.median(times))
+    out["replay (device)"] = float(np.median(times))
+    h = graphs.run(meta)[-1:].clone()
+    rows = torch.tensor([3, 4], dtype=torch.int32, device="cuda")
+    out["head"] = median_ms(lambda: (model.head(h, rows), model.logsumexp(h)))
+    return ", ".join(f"{k} {v:.3f}" for k, v in out.items()) + " ms"
 
 
 def job(n: int) -> ScoreJob:
@@ -66,4 +86,4 @@ for name, jobs in (("1 x 120 tokens", [job(120)]), ("1 x 2000 tokens", [job(2000
     print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12))
     if len(jobs) == 1:
         with torch.inference_mode():  # the graphs' buffers are inference tensors
-            print(f"graph replay alone {replay_ms(jobs[0]):.3f} ms")
+            print(stages(jobs[0]))
