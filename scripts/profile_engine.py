@@ -84,6 +84,7 @@ for name, jobs in (("1 x 120 tokens", [job(120)]), ("1 x 2000 tokens", [job(2000
     print(f"== {name}: wall {wall * 1e3:.2f} ms per call, layout and columns "
           f"{layout * 1e3:.2f} ms, device time {device:.2f} ms (profiled call)")
     print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12))
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
     if len(jobs) == 1:
         with torch.inference_mode():  # the graphs' buffers are inference tensors
             print(stages(jobs[0]))
