@@ -31,7 +31,7 @@ if [ "${KERNELS:-1}" != 0 ]; then  # 1: every part, else the parts named
     | tee "$out/bench_kernels.txt" | tail -60
 fi
 if [ "${PROFILE:-1}" = 1 ]; then
-  python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
+  TRACE_DIR=$out python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
 fi
 if [ -n "${BASE:-}" ]; then  # A/B on one machine: BASE is one or more commits' packages,
   # made here by `scripts/layout_package.sh --rev REV .carry/NAME.tgz` and carried; the

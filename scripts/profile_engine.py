@@ -3,6 +3,7 @@ one yes/no at 120 and at 2000 tokens, and 128 decisions of 256 tokens in one cal
 each: wall time, the host-side layout alone, torch.profiler's top operations by device
 time, and for one job the call taken apart (`stages`)."""
 
+import os
 import tempfile
 import time
 
@@ -85,6 +86,8 @@ for name, jobs in (("1 x 120 tokens", [job(120)]), ("1 x 2000 tokens", [job(2000
           f"{layout * 1e3:.2f} ms, device time {device:.2f} ms (profiled call)")
     print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12))
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+    if os.environ.get("TRACE_DIR"):  # the call's timeline, host and device, for a viewer
+        prof.export_chrome_trace(f"{os.environ['TRACE_DIR']}/{name.replace(' ', '')}.json")
     if len(jobs) == 1:
         with torch.inference_mode():  # the graphs' buffers are inference tensors
             print(stages(jobs[0]))
