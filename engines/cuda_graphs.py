@@ -1,10 +1,17 @@
-"""The model's forward captured as CUDA graphs at load, one per power-of-two token count.
+"""The model's forward captured as CUDA graphs at load, one per power-of-two token count,
+each followed by a small graph of the output head.
 
 A pass of a few hundred tokens is a few hundred small kernels; launched one by one from
 Python the host is the bottleneck, replayed as one graph it is not. A pass is padded up
 to the next captured size with tokens that see only themselves, and its metadata is
 copied into that graph's input buffer before the replay. The graphs share one memory
 pool (captured largest first), since they never run at the same time.
+
+A call of one pass with few answer rows and label rows (a handful of questions about one
+text, the latency case) also runs its head from a graph: the hidden states at up to
+HEAD_ROWS rows, the logits of up to HEAD_LABELS label rows there, the full-vocabulary
+logsumexp at each, and the values the call reads picked out of them. The pass's
+metadata and the head's indices go up in one copy; the host launches three things.
 """
 
 from __future__ import annotations
@@ -14,28 +21,40 @@ import torch
 from .passes import Pass
 
 SMALLEST = 64
+HEAD_ROWS = 16  # one row tile of the logsumexp's matmul: its cost does not grow below it
+HEAD_LABELS = 64
+HEAD_VALUES = HEAD_ROWS * HEAD_LABELS + HEAD_ROWS  # logits [rows, labels], then logsumexps
 
 
 class GraphRunner:
     def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device) -> None:
         self.sizes = [SMALLEST << i for i in range(max(max_tokens // SMALLEST, 1).bit_length())]
-        self._meta = {n: torch.from_numpy(Pass(1).meta(n)).to(device)  # all padding
-                      for n in self.sizes}
+        # per size, int32: meta [5, n], then the head's rows, label rows and picks
+        self._host = {n: torch.zeros(5 * n + HEAD_ROWS + HEAD_LABELS + HEAD_VALUES,
+                                     dtype=torch.int32, pin_memory=True) for n in self.sizes}
+        self._inputs: dict[int, torch.Tensor] = {}
         self._out: dict[int, torch.Tensor] = {}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._heads: dict[int, torch.cuda.CUDAGraph] = {}
+        self.values = torch.zeros(HEAD_VALUES, device=device)  # what the head graphs pick
         free_before = torch.cuda.mem_get_info(device)[0]
         pool = None
         for n in reversed(self.sizes):
+            self._host[n][:5 * n] = torch.from_numpy(Pass(1).meta(n)).view(-1)  # all padding
+            self._inputs[n] = inputs = self._host[n].to(device)
+            meta, head_inputs = self._split(inputs, n)
             side = torch.cuda.Stream(device)  # warm-up (Triton compiles) off the capture
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):
-                model(self._meta[n])
+                _head(model, model(meta), *head_inputs, self.values)
             torch.cuda.current_stream(device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
+            graph, head = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self._out[n] = model(self._meta[n])
+                self._out[n] = model(meta)
             pool = graph.pool()
-            self._graphs[n] = graph
+            with torch.cuda.graph(head, pool=pool):
+                _head(model, self._out[n], *head_inputs, self.values)
+            self._graphs[n], self._heads[n] = graph, head
         torch.cuda.synchronize(device)
         self.nbytes = max(free_before - torch.cuda.mem_get_info(device)[0], 0)
 
@@ -47,6 +66,37 @@ class GraphRunner:
         """meta [5, n] on the device, n a captured size -> hidden [n, hidden] (the graph's
         own output buffer: read it before the next run)."""
         n = meta.shape[1]
-        self._meta[n].copy_(meta)
+        self._split(self._inputs[n], n)[0].copy_(meta)
         self._graphs[n].replay()
         return self._out[n]
+
+    def run_with_head(self, p: Pass, labels: list[int], picks: list[int]) -> None:
+        """One pass and its head into `values`: at the pass's rows (at most HEAD_ROWS),
+        label rows `labels` (at most HEAD_LABELS); picks index the head's [HEAD_ROWS,
+        HEAD_LABELS] logits, then its HEAD_ROWS logsumexps. The pinned buffer is free:
+        every call ends reading its values back."""
+        n = self.bucket(p.tokens)
+        host = self._host[n].numpy()
+        p.meta(n, out=host[:5 * n].reshape(5, n))
+        at = 5 * n
+        for values, room in ((p.rows, HEAD_ROWS), (labels, HEAD_LABELS), (picks, HEAD_VALUES)):
+            host[at:at + len(values)] = values
+            host[at + len(values):at + room] = 0
+            at += room
+        self._inputs[n].copy_(self._host[n], non_blocking=True)
+        self._graphs[n].replay()
+        self._heads[n].replay()
+
+    @staticmethod
+    def _split(inputs: torch.Tensor, n: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        meta, rows, labels, picks = inputs.split([5 * n, HEAD_ROWS, HEAD_LABELS, HEAD_VALUES])
+        return meta.view(5, n), (rows, labels, picks)
+
+
+def _head(model: torch.nn.Module, h: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,
+          picks: torch.Tensor, out: torch.Tensor) -> None:
+    """out[i] = the picks[i]-th of (label-row logits at h's rows, then their logsumexps)."""
+    at = h.index_select(0, rows)  # [HEAD_ROWS, hidden]
+    values = torch.cat([model.head(at, labels).view(-1), model.logsumexp(at)])
+    torch.index_select(values, 0, picks, out=out)
+

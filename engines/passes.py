@@ -69,12 +69,16 @@ class Pass:
         """Whether its first token is at position 0 (a prefix chunk: the cache starts anew)."""
         return bool(self._chains) and self._chains[0][0] == 0
 
-    def meta(self, size: int = 0) -> np.ndarray:
-        """int32 [5, max(size, tokens)]: ids, pos, lo_full, lo_slide, end. Tokens past the
-        pass's own pad it to `size` (a captured graph's): id 0 at position 0, each seeing
-        only itself."""
+    def meta(self, size: int = 0, out: np.ndarray | None = None) -> np.ndarray:
+        """int32 [5, max(size, tokens)]: ids, pos, lo_full, lo_slide, end (into `out` when
+        given). Tokens past the pass's own pad it to `size` (a captured graph's): id 0 at
+        position 0, each seeing only itself."""
         t = self.tokens
-        out = np.empty((5, max(size, t)), np.int32)
+        if out is None:
+            out = np.empty((5, max(size, t)), np.int32)
+        elif out.shape != (5, max(size, t)) or out.dtype != np.int32:
+            raise ValueError(f"out must be int32 [5, {max(size, t)}], got {out.dtype} "
+                             f"{out.shape}")
         n = np.fromiter(map(len, self._ids), np.int32, len(self._ids))
         # each token's chain fields, and the in-pass index of its chain's first token
         pos0, lo_full, end, before, follow = np.repeat(

@@ -26,7 +26,7 @@ from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows,
                    resolve_n_ctx)
 from .checkpoints import has_tokenizer, read_gemma3
-from .cuda_graphs import GraphRunner
+from .cuda_graphs import HEAD_LABELS, HEAD_ROWS, GraphRunner
 from .faults import begin_pass
 from .gemma3 import Gemma3, activation_dtype
 from .gguf_weights import GGUFModel
@@ -97,13 +97,19 @@ class TorchEngine:
             layout = plan(list(jobs), self._n_batch, self.model.cfg.window)
             try:
                 n = layout.n_logits + layout.n_lse
-                self._prepare(n, poison=kind != "stale-logits")
+                head = self._graph_head(layout)
+                out = self._graphs.values if head else self._buffer(n)
+                if kind != "stale-logits":  # poison what this call reads
+                    out[:n].fill_(SENTINEL)
                 if kind == "zero-logits":  # as from a freshly allocated buffer
-                    self._out[:n].zero_()
+                    out[:n].zero_()
                 elif kind is None:
                     with torch.inference_mode():
-                        self._run(layout)
-                logits, lse = np.split(self._out[:n].cpu().numpy(), [layout.n_logits])
+                        if head:
+                            self._graphs.run_with_head(layout.passes[0], *head)
+                        else:
+                            self._run(layout)
+                logits, lse = np.split(out[:n].cpu().numpy(), [layout.n_logits])
             except torch.OutOfMemoryError as e:
                 raise EngineOutOfMemory(f"the torch engine ran out of memory: {e}") from e
             except _DEVICE_ERROR as e:  # a CUDA error: this context is done for
@@ -115,12 +121,23 @@ class TorchEngine:
 
     # -- the passes ------------------------------------------------------------------
 
-    def _prepare(self, n: int, poison: bool) -> None:
-        """Size the output buffer and write the sentinel over the values this call reads."""
-        if self._out.numel() < n:  # zeros, not stale memory, if never written
+    def _buffer(self, n: int) -> torch.Tensor:
+        """The output buffer, at least n values (zeros, not stale memory, if never written)."""
+        if self._out.numel() < n:
             self._out = torch.zeros(n, device=self.device)
-        if poison:
-            self._out[:n].fill_(SENTINEL)
+        return self._out
+
+    def _graph_head(self, layout: Plan) -> tuple[list[int], list[int]] | None:
+        """(label rows, picks) for GraphRunner.run_with_head when the call is one pass a
+        graph runs head and all; None otherwise."""
+        graphs, p = self._graphs, layout.passes[0]
+        if graphs is None or len(layout.passes) > 1 or p.cache or len(p.rows) > HEAD_ROWS \
+                or graphs.bucket(p.tokens) is None:
+            return None
+        labels, src, roots = _head_indices(layout, HEAD_LABELS)
+        if len(labels) > HEAD_LABELS:
+            return None
+        return labels, src + [HEAD_ROWS * HEAD_LABELS + a for a in roots]
 
     def _run(self, layout: Plan) -> None:
         """Every pass, then the head at the outputs. Each pass's columns are built and sent
@@ -129,11 +146,7 @@ class TorchEngine:
         sizes = [(graphs.bucket(p.tokens) if graphs is not None and not p.cache else None)
                  or p.tokens for p in layout.passes]
         outs = layout.outputs
-        label_rows = sorted({t for o in outs for t in o.allowed})
-        col = {t: i for i, t in enumerate(label_rows)}
-        # flat index into the [outputs, label rows] logits of each value the buffer holds
-        src = [a * len(label_rows) + col[t] for a, o in enumerate(outs) for t in o.allowed]
-        roots = [a for a, o in enumerate(outs) if o.lse_at >= 0]
+        label_rows, src, roots = _head_indices(layout)
         self._staging.begin(sum(5 * n for n in sizes) + len(outs) + len(label_rows) + len(src)
                             + len(roots))
         hidden = torch.empty(len(outs), self.model.cfg.hidden, dtype=self.dtype,
@@ -192,6 +205,18 @@ class _Staging:
         self.dev[at:at + n].copy_(self.host[at:at + n], non_blocking=True)
         self.at += n
         return self.dev[at:at + n].view(a.shape)
+
+
+def _head_indices(layout: Plan, stride: int = 0) -> tuple[list[int], list[int], list[int]]:
+    """The call's label rows (distinct, sorted); the flat index of each logit the call
+    reads in the [outputs, stride] logits (stride: the number of label rows unless
+    given); the outputs at an answer position (whose logsumexps it reads, in order)."""
+    outs = layout.outputs
+    label_rows = sorted({t for o in outs for t in o.allowed})
+    col = {t: i for i, t in enumerate(label_rows)}
+    stride = stride or len(label_rows)
+    src = [a * stride + col[t] for a, o in enumerate(outs) for t in o.allowed]
+    return label_rows, src, [a for a, o in enumerate(outs) if o.lse_at >= 0]
 
 
 def _results(jobs: Sequence[ScoreJob], layout: Plan, logits: np.ndarray,

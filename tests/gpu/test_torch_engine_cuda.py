@@ -75,3 +75,65 @@ def assert_p_yes_close(engine, reference) -> None:
 
 def test_bf16_on_cuda_keeps_p_yes_within_0_02_and_the_decisions(engines):
     assert_p_yes_close(engines["bf16"], engines["ref"])
+
+
+def tree_job(rng, n_branches: int, n_labels: int = 2) -> ScoreJob:
+    """One text, several questions; labels sharing first tokens (tries several deep)."""
+    ids = [int(t) for t in rng.integers(3, VOCAB, int(rng.integers(4, 3 * WINDOW)))]
+    branches = []
+    for _ in range(n_branches):
+        a, b, c = (int(t) for t in rng.choice(np.arange(3, VOCAB), 3, replace=False))
+        labels = ((a,), (b, c), (b, a, c), (c, b))[:n_labels] if n_labels <= 4 else tuple(
+            (int(t),) for t in rng.choice(np.arange(3, VOCAB), n_labels, replace=False))
+        suffix = tuple(int(t) for t in rng.integers(3, VOCAB, 3))
+        branches.append(Branch(suffix, labels))
+    return ScoreJob((2, *ids), tuple(branches))
+
+
+@pytest.mark.parametrize("shape,in_graph", [
+    ((1, 2), True), ((3, 4), True), ((4, 4), True),  # 16 rows read: HEAD_ROWS
+    ((5, 4), False), ((1, 70), False), ((20, 2), False)],
+    ids=["yes-no", "3-tries", "4-tries", "5-tries", "70-labels", "20-questions"])
+def test_one_job_calls_match_the_reference_with_the_head_in_a_graph_or_not(engines, shape,
+                                                                           in_graph):
+    """A call of one pass with at most HEAD_ROWS rows read (each trie node of each
+    question) and HEAD_LABELS label rows runs its head inside a CUDA graph; past either
+    limit the head runs eagerly: both within 1e-3 of the reference, fp32."""
+    from decider.engines.cuda_graphs import HEAD_ROWS
+    from decider.engines.passes import plan
+
+    rng = np.random.default_rng()
+    engine = engines["fp32"]
+    for _ in range(3):
+        job = tree_job(rng, *shape)
+        layout = plan([job], 8192, WINDOW)
+        assert (len(layout.outputs) == HEAD_ROWS) == (shape == (4, 4))
+        assert (engine._graph_head(layout) is not None) == in_graph
+        [got], [want] = engine.score([job]), engines["ref"].score([job])
+        for g, w in zip(got, want, strict=True):
+            for gn, wn in zip(g, w, strict=True):
+                assert gn.path == wn.path and gn.token_ids == wn.token_ids
+                np.testing.assert_allclose(gn.logits, wn.logits, atol=1e-3)
+                assert (gn.logsumexp is None) == (wn.logsumexp is None)
+                if wn.logsumexp is not None:
+                    assert gn.logsumexp == pytest.approx(wn.logsumexp, abs=1e-3)
+
+
+def test_unwritten_rows_from_the_head_graph_are_refused(engines, fault_file):
+    """The faults of an unwritten pass on the graph head's buffer: the guard sees the
+    sentinel, zeros, or the previous call's rows, and the next call is whole again."""
+    from decider.errors import EngineNoLogits
+    from decider.guard import LogitsGuard
+
+    rng = np.random.default_rng()
+    engine = engines["bf16"]
+    guard = LogitsGuard(engine.info.sentinel)
+    job, other = tree_job(rng, 1, 4), tree_job(rng, 1, 4)
+    for fault, tell in (("skip-decode", "sentinel"), ("zero-logits", "zeros"),
+                        ("stale-logits", "previous pass")):
+        guard.check([job], engine.score([job]))
+        fault_file.write_text(fault)
+        with pytest.raises(EngineNoLogits, match=tell):
+            guard.check([other], engine.score([other]))
+        assert not fault_file.exists()
+    guard.check([other], engine.score([other]))
