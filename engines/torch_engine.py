@@ -99,16 +99,15 @@ class TorchEngine:
                 n = layout.n_logits + layout.n_lse
                 head = self._graph_head(layout)
                 out = self._graphs.values if head else self._buffer(n)
-                if kind != "stale-logits":  # poison what this call reads
-                    out[:n].fill_(SENTINEL)
-                if kind == "zero-logits":  # as from a freshly allocated buffer
-                    out[:n].zero_()
-                elif kind is None:
-                    with torch.inference_mode():
-                        if head:
-                            self._graphs.run_with_head(layout.passes[0], *head)
-                        else:
-                            self._run(layout)
+                with torch.inference_mode():  # the graphs' buffers are inference tensors
+                    if kind != "stale-logits":  # poison what this call reads
+                        out[:n].fill_(SENTINEL)
+                    if kind == "zero-logits":  # as from a freshly allocated buffer
+                        out[:n].zero_()
+                    elif kind is None and head:
+                        self._graphs.run_with_head(layout.passes[0], *head)
+                    elif kind is None:
+                        self._run(layout)
                 logits, lse = np.split(out[:n].cpu().numpy(), [layout.n_logits])
             except torch.OutOfMemoryError as e:
                 raise EngineOutOfMemory(f"the torch engine ran out of memory: {e}") from e
