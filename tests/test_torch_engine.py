@@ -12,9 +12,8 @@ import pytest
 from decider.engines.random_gguf import T, write_tiny_gemma3
 
 from decider.engines import Branch, ScoreJob, load_engine
-from decider.errors import ConfigError, EngineFailure, EngineNoLogits, EngineOutOfMemory, \
-    PromptTooLong
-from decider.guard import LogitsGuard
+from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory, PromptTooLong
+from unwritten import assert_unwritten_rows_refused
 
 # fp32 in both engines, different summation orders (packed dequant + matmul, cached
 # prefix, token trees) against transformers' full forwards: up to 6e-6 measured on
@@ -105,17 +104,10 @@ def test_a_shared_prefix_with_several_branches_equals_separate_passes(tiny):
 def test_unwritten_rows_are_refused_by_the_guard(tiny, fault_file):
     _, engine, _ = tiny
     rng = np.random.default_rng()
-    guard = LogitsGuard(engine.info.sentinel)
     job = ScoreJob((2, *rand_ids(rng, 20)), (rand_branch(rng, 3),))
-    guard.check([job], engine.score([job]))
-    other = ScoreJob((2, *rand_ids(rng, 20)), (Branch(rand_ids(rng, 3), job.branches[0].candidates),))
-    for fault, tell in (("skip-decode", "sentinel"), ("zero-logits", "zeros"),
-                        ("stale-logits", "previous pass")):
-        guard.check([job], engine.score([job]))
-        fault_file.write_text(fault)
-        with pytest.raises(EngineNoLogits, match=tell):
-            guard.check([other], engine.score([other]))
-        assert not fault_file.exists()
+    other = ScoreJob((2, *rand_ids(rng, 20)),
+                     (Branch(rand_ids(rng, 3), job.branches[0].candidates),))
+    guard = assert_unwritten_rows_refused(engine, job, other, fault_file)
     fault_file.write_text("oom")
     with pytest.raises(EngineOutOfMemory):
         engine.score([job])

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from decider.engines import Branch, ScoreJob, load_engine
+from decider.engines.passes import plan
 from decider.engines.random_gguf import write_tiny_gemma3
 
 pytestmark = [pytest.mark.gpu,
@@ -100,7 +101,6 @@ def test_one_job_calls_match_the_reference_with_the_head_in_a_graph_or_not(engin
     question) and HEAD_LABELS label rows runs its head inside a CUDA graph; past either
     limit the head runs eagerly: both within 1e-3 of the reference, fp32."""
     from decider.engines.cuda_graphs import HEAD_ROWS
-    from decider.engines.passes import plan
 
     rng = np.random.default_rng()
     engine = engines["fp32"]
@@ -122,18 +122,12 @@ def test_one_job_calls_match_the_reference_with_the_head_in_a_graph_or_not(engin
 def test_unwritten_rows_from_the_head_graph_are_refused(engines, fault_file):
     """The faults of an unwritten pass on the graph head's buffer: the guard sees the
     sentinel, zeros, or the previous call's rows, and the next call is whole again."""
-    from decider.errors import EngineNoLogits
-    from decider.guard import LogitsGuard
+    from unwritten import assert_unwritten_rows_refused
 
     rng = np.random.default_rng()
     engine = engines["bf16"]
-    guard = LogitsGuard(engine.info.sentinel)
-    job, other = tree_job(rng, 1, 4), tree_job(rng, 1, 4)
-    for fault, tell in (("skip-decode", "sentinel"), ("zero-logits", "zeros"),
-                        ("stale-logits", "previous pass")):
-        guard.check([job], engine.score([job]))
-        fault_file.write_text(fault)
-        with pytest.raises(EngineNoLogits, match=tell):
-            guard.check([other], engine.score([other]))
-        assert not fault_file.exists()
+    job = tree_job(rng, 1, 4)
+    other = ScoreJob(tree_job(rng, 1, 4).prefix, job.branches)  # the same labels
+    assert engine._graph_head(plan([other], 8192, WINDOW)) is not None
+    guard = assert_unwritten_rows_refused(engine, job, other, fault_file)
     guard.check([other], engine.score([other]))
