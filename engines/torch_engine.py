@@ -9,7 +9,8 @@ A score call is laid out by passes.py: every job a token tree, several trees per
 (a job larger than n_batch goes through the KV cache in chunks). Only label rows of the
 tied output head are computed, at trie-node tokens only, plus the full-vocabulary
 logsumexp at each answer position; they land in one output buffer poisoned with the
-sentinel first, and one copy brings them back.
+sentinel first, and one copy brings them back. A call of one small pass (the latency
+case) runs its head inside the CUDA graphs too, into the graphs' own buffer.
 """
 
 from __future__ import annotations
