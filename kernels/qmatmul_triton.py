@@ -268,10 +268,8 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
     writing the [M, N] logits (the full-vocabulary normaliser of the tied head): the
     matmul leaves a (max, sum of exp) pair per row and column block, one more kernel
     combines each row's pairs."""
-    n, k = w.shape
-    if x.dim() != 2 or x.shape[1] != k or x.stride(1) != 1:
-        raise ValueError(f"x must be [M, {k}] with unit column stride, got {tuple(x.shape)}")
-    m = x.shape[0]
+    x = _activations(x, w)
+    (m, k), n = x.shape, w.shape[0]
     if out is None:
         out = torch.empty(m, dtype=torch.float32, device=x.device)
     if out.shape != (m,) or out.dtype != torch.float32 or not out.is_contiguous():
