@@ -110,12 +110,17 @@ def _add_load_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-ctx", type=int, help="window to load (default: the catalog's)")
     p.add_argument("--engine", help="llama | triton | reference (default: the catalog's)")
     p.add_argument("--threads", type=int, help="CPU threads for the engine")
+    p.add_argument("--dtype", choices=("float16", "bfloat16", "float32"),
+                   help="activation dtype of the triton and reference engines (default: "
+                   "float16 on CUDA, float32 on the CPU)")
 
 
 def _load_options(args: argparse.Namespace) -> dict:
     opts = {"engine": args.engine, "n_ctx": args.n_ctx}
     if args.threads:
         opts["n_threads"] = args.threads
+    if args.dtype:
+        opts["dtype"] = args.dtype
     return opts
 
 
@@ -307,7 +312,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             tls={"cert": args.tls_cert, "key": args.tls_key, "client_ca": args.tls_client_ca,
                  "allow_insecure_tcp": args.allow_insecure_tcp},
             model={"name": args.model, "engine": args.engine, "n_ctx": args.n_ctx,
-                   "threads": args.threads})
+                   "threads": args.threads, "dtype": args.dtype})
 
     cfg = read()
     level = "debug" if args.verbose > 1 else cfg.server.log_level

@@ -4,7 +4,7 @@ or a bad value is refused with the file, the key and the reason, before READY=1.
     [server]   listen, socket_group, max_queue, max_batch, grace_seconds,
                engine_call_limit_seconds, metrics_port, log_format, log_level, log_text
     [tls]      cert, key, client_ca, allow_insecure_tcp
-    [model]    name, engine, n_ctx, threads, gpu_layers, gpu
+    [model]    name, engine, n_ctx, threads, gpu_layers, gpu, dtype
     [paths]    cache_dir, catalog
 
 Flags of `decider serve` override the file; with neither, the defaults below apply.
@@ -51,6 +51,7 @@ class ModelSection:
     threads: int = 0  # CPU threads; 0 is all cores
     gpu_layers: int = 0  # layers offloaded to the GPU by llama.cpp (-1: all)
     gpu: str = ""  # CUDA device(s) to use, as CUDA_VISIBLE_DEVICES takes them
+    dtype: str = ""  # activations of the triton and reference engines; "": the engine's
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,8 @@ class Config:
 _SECTIONS = {"server": ServerSection, "tls": TlsSection, "model": ModelSection,
              "paths": PathsSection}
 _CHOICES = {"log_format": ("json", "console", "auto"),
-            "log_level": ("debug", "info", "warning", "error")}
+            "log_level": ("debug", "info", "warning", "error"),
+            "dtype": ("", "float16", "bfloat16", "float32")}
 
 
 def _check(origin: str, section: str, key: str, value, default):

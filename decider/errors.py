@@ -82,6 +82,20 @@ class EngineNoLogits(DeciderError):
         )
 
 
+class ActivationOverflow(DeciderError):
+    """A pass's activations went past the range of the engine's activation dtype."""
+
+    kind = "out_of_range"
+    reason = "ACTIVATION_OVERFLOW"
+
+    def __init__(self, dtype: str, limit: float) -> None:
+        super().__init__(
+            f"an activation of this pass went past {dtype}'s limit of {limit:g}; load the "
+            'model with dtype "bfloat16" ([model] dtype in the config, or --dtype)',
+            dtype=dtype, limit=limit,
+        )
+
+
 class EngineOutOfMemory(DeciderError):
     kind = "exhausted"
     reason = "ENGINE_OUT_OF_MEMORY"

@@ -106,8 +106,8 @@ class Daemon:
         catalog = Catalog(user_file=Path(paths.catalog) if paths.catalog else None,
                           cache_dir=Path(paths.cache_dir) if paths.cache_dir else None)
         entry = catalog.get(m.name or catalog.default)  # locate never downloads
-        options = {k: v for k, v in (("n_threads", m.threads), ("n_gpu_layers", m.gpu_layers))
-                   if v}
+        options = {k: v for k, v in (("n_threads", m.threads), ("n_gpu_layers", m.gpu_layers),
+                                     ("dtype", m.dtype)) if v}
         d = Decider(entry, engine=m.engine or None, n_ctx=m.n_ctx or None, catalog=catalog,
                     **options)
         try:

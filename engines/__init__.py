@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import import_module
+from inspect import Parameter, signature
 from pathlib import Path
 
 from decider.errors import ConfigError
@@ -29,6 +30,12 @@ def load_engine(name: str, model_path: str | Path, n_ctx: int | None, **options)
         engine_cls = getattr(import_module(module), cls)
     except ImportError as e:
         raise ConfigError(f"engine {name!r} is not installed: {e}", engine=name) from e
+    takes = [p.name for p in signature(engine_cls).parameters.values()
+             if p.kind is Parameter.KEYWORD_ONLY]
+    for option in options:
+        if option not in takes:
+            raise ConfigError(f"the {name} engine has no option {option!r}; it takes "
+                              f"{', '.join(takes)}", engine=name, option=option)
     return engine_cls(model_path, n_ctx, **options)
 
 

@@ -193,15 +193,20 @@ def _blocks(m: int, n: int, k: int, group: int, itemsize: int = 2) -> Blocks:
     return bm, bn, bk, 8 if bm * bn >= 128 * 64 else 4, 3, split
 
 
-def dequantize_triton(w: QWeight, dtype: torch.dtype) -> torch.Tensor:
-    """[N, K] in `dtype`, one kernel."""
+def dequantize_triton(w: QWeight, dtype: torch.dtype,
+                      tile: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """[N, K] in `dtype`, one kernel. tile: (BLOCK_N, BLOCK_K, warps) instead of the
+    built-in choice (for tuning)."""
     n, k = w.shape
     codes, scale, offset = _operands(w)
     out = torch.empty(n, k, dtype=dtype, device=codes.device)
-    bk = _k_tile(k, w.group)
-    _dequantize_kernel[(triton.cdiv(n, 64), k // bk)](
+    bn, bk, warps = tile or (64, _k_tile(k, w.group), 4)
+    if k % bk or (bk % w.group and w.group % bk):
+        raise ValueError(f"K tile {bk} does not divide K={k} in groups of {w.group}")
+    _dequantize_kernel[(triton.cdiv(n, bn), k // bk)](
         codes, scale, offset, out, n, codes.stride(0), scale.stride(0), out.stride(0),
-        BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None, BLOCK_N=64, BLOCK_K=bk)
+        BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None, BLOCK_N=bn, BLOCK_K=bk,
+        num_warps=warps)
     return out
 
 

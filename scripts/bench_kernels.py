@@ -1,6 +1,6 @@
 """Sweep the Triton kernels' tiles on CUDA, on Gemma 3 270M shapes; print medians.
 
-    python scripts/bench_kernels.py [qmatmul] [attention] [fused]
+    python scripts/bench_kernels.py [qmatmul] [attention] [fused] [dequantize]
 
 Each timing replays a CUDA graph of back-to-back calls, as the engine's graphs run
 them: per-call time with no host launch cost, and for the matmuls with the weights
@@ -12,7 +12,8 @@ epilogue, against the built-in path, which past 1024 rows is cuBLAS then a gelu 
 attention (bf16, 4 query heads, 1 KV head, head dim 256) against
 F.scaled_dot_product_attention on equal-length causal sequences; the fused norms and
 RoPE (token rows per program, warps) at pass sizes from 128 to 8192 tokens, beside
-gelu*up's kernel as a yardstick of bytes moved. Tiles compile in
+gelu*up's kernel as a yardstick of bytes moved; dequantize (the weights of passes
+past 1024 rows, for cuBLAS) per weight, in GB/s. Tiles compile in
 parallel processes first. Loads the kernels from this checkout; no network.
 """
 
@@ -62,6 +63,8 @@ TOKENS = {"128": (1, 128), "2048": (1, 2048), "128x256": (128, 256)}  # (sequenc
 # fused norms and RoPE: token rows per program, warps; pass sizes
 FUSED_TILES = list(itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)))
 FUSED_TOKENS = (128, 512, 2048, 8192)
+# dequantize (passes past LARGE_M): BLOCK_N, BLOCK_K, warps
+DEQ_TILES = list(itertools.product((16, 32, 64, 128), (32, 64, 128, 256), (2, 4, 8)))
 
 
 def graph_ms(calls: list, replays: int = 10) -> float:
@@ -111,6 +114,9 @@ def compile_some(jobs: list) -> int:
                                    random_qweight(n, k, bits, group), blocks=tile)
             elif kernel == "fused":
                 fused_calls(64, tile)[name]()
+            elif kernel == "dequantize":
+                k, n, (bits, group) = LINEARS[name]
+                qmt.dequantize_triton(random_qweight(n, k, bits, group), torch.bfloat16, tile)
             else:
                 q = torch.randn(64, 4, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
                 kv = torch.randn(64, 1, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
@@ -130,6 +136,8 @@ def precompile(parts: list[str], workers: int = 12) -> None:
     jobs += [("attention", "", t) for t in ATT_TILES if "attention" in parts]
     jobs += [("fused", name, t) for t in FUSED_TILES for name in ("add_rms_norm", "qk_norm_rope")
              if "fused" in parts]
+    jobs += [("dequantize", name, t) for name in forms.values() for t in DEQ_TILES
+             if "dequantize" in parts]
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
         done = sum(pool.map(compile_some, [jobs[i::workers] for i in range(workers)]))
@@ -240,6 +248,29 @@ def bench_fused() -> None:
                   flush=True)
 
 
+def bench_dequantize() -> None:
+    print("dequantize to bf16: per-call us in a graph (weights cycling past the L2), and "
+          "GB/s of packed bytes read plus bf16 written")
+    for name, (k, n, (bits, group)) in LINEARS.items():
+        copies = [random_qweight(n, k, bits, group)
+                  for _ in range(max(L2_BYTES // (2 * n * k), 2))]
+        moved = copies[0].nbytes() + 2 * n * k
+
+        def timed(tile):
+            try:
+                return graph_ms([lambda w=w: qmt.dequantize_triton(w, torch.bfloat16, tile)
+                                 for w in copies]) * 1e3
+            except Exception:  # noqa: BLE001 - does not fit the chip
+                return float("inf")
+
+        builtin = timed(None)
+        ranked = sorted((timed(t), t) for t in DEQ_TILES)
+        best = "  ".join(f"{t} {us:.1f}" for us, t in ranked[:3])
+        print(f"{name} {bits}b g{group} [{n}x{k}]".ljust(24), f"built-in {builtin:.1f} "
+              f"({moved / builtin / 1e3:.0f} GB/s), best {ranked[0][0]:.1f} "
+              f"({moved / ranked[0][0] / 1e3:.0f} GB/s)  {best}", flush=True)
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("needs CUDA")
@@ -252,6 +283,8 @@ def main() -> None:
         bench_attention()
     if "fused" in parts:
         bench_fused()
+    if "dequantize" in parts:
+        bench_dequantize()
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ def test_flags_override_the_file():
                          model={"n_ctx": 1024, "name": None})
     assert out.server.max_batch == 8 and out.server.listen == ("unix:///a.sock",)
     assert out.model.n_ctx == 1024 and isinstance(out, Config)
+    assert with_overrides(parse_config('[model]\ndtype = "bfloat16"\n', "f.toml"), {}, {},
+                          {"dtype": "float32"}).model.dtype == "float32"
 
 
 @pytest.mark.parametrize(
@@ -42,6 +44,7 @@ def test_flags_override_the_file():
         ("[modle]\nname = 'x'\n", "unknown section [modle]"),
         ("[model]\nn_ctx = 16\n", "model.n_ctx: must be 0"),
         ("[model]\nthreads = -2\n", "model.threads: must not be negative"),
+        ("[model]\ndtype = 'fp8'\n", "model.dtype: must be one of"),
         ("[tls]\nallow_insecure_tcp = 'yes'\n", "tls.allow_insecure_tcp: must be bool"),
         ("server = 3\n", "server must be a [table]"),
         ("[server\n", "not valid TOML"),

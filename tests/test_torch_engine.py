@@ -12,7 +12,8 @@ import pytest
 from decider.engines.random_gguf import T, write_tiny_gemma3
 
 from decider.engines import Branch, ScoreJob, load_engine
-from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory, PromptTooLong
+from decider.errors import (ActivationOverflow, ConfigError, EngineFailure, EngineOutOfMemory,
+                            PromptTooLong)
 from unwritten import assert_unwritten_rows_refused
 
 # fp32 in both engines, different summation orders (packed dequant + matmul, cached
@@ -133,6 +134,38 @@ def test_load_settings_and_a_missing_tokenizer_are_refused(tiny):
     with pytest.raises(EngineFailure, match="holds no tokenizer"):
         engine.tokenize("hello")
     assert engine.info.sentinel is not None and engine.info.n_vocab == VOCAB
+
+
+def test_an_option_the_engine_lacks_is_refused_by_name(tiny):
+    path, _, _ = tiny
+    with pytest.raises(ConfigError, match="the triton engine has no option 'n_gpu_layers'; "
+                       "it takes model_name, device, dtype"):
+        load_engine("triton", path, 256, device="cpu", n_gpu_layers=-1)
+    with pytest.raises(ConfigError, match="dtype must be bfloat16, float16 or float32"):
+        load_engine("triton", path, 256, device="cpu", dtype="fp8")
+
+
+def test_an_fp16_overflow_is_refused_with_its_limit_and_the_way_out(tiny):
+    """An activation past 65504 becomes inf, then NaN through the next norm: the call is
+    refused with an error naming the dtype and its limit. bf16, which has fp32's range,
+    answers the same model finitely."""
+    path, _, _ = tiny
+    job = ScoreJob((2, *rand_ids(np.random.default_rng(), 20)), (rand_branch(
+        np.random.default_rng(), 3),))
+    answers = {}
+    for dtype in ("float16", "bfloat16"):
+        engine = load_engine("triton", path, 256, device="cpu", dtype=dtype)
+        engine.model.blocks[1].ffn_norm.mul_(1e4)  # gate and up outputs past fp16's range
+        try:
+            answers[dtype] = engine.score([job])
+        except ActivationOverflow as e:
+            answers[dtype] = e
+        engine.close()
+    err = answers["float16"]
+    assert isinstance(err, ActivationOverflow), err
+    assert "float16's limit of 65504" in err.message and 'dtype "bfloat16"' in err.message
+    assert err.kind == "out_of_range"
+    assert all(np.isfinite(n.logits).all() for n in answers["bfloat16"][0][0])
 
 
 def test_a_tensor_type_it_cannot_hold_exactly_is_refused_at_load(tmp_path):

@@ -1,5 +1,5 @@
 """A compressed-tensors W4A16 checkpoint (written by the library, group 32 and 128) on
-CUDA: the bf16 engine against the fp32 reference on the same directory, to the GGUF
+CUDA: the engine (fp16 by default) against the fp32 reference on the same directory, to the GGUF
 test's bound (p_yes within 0.02, the same decisions)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from decider.engines import load_engine  # noqa: E402
 
 
 @pytest.mark.parametrize("group", [32, 128])
-def test_bf16_on_cuda_keeps_p_yes_within_0_02(tmp_path, group):
+def test_on_cuda_keeps_p_yes_within_0_02(tmp_path, group):
     path = write_checkpoint(tmp_path / "ckpt", group=group)
     reference = load_engine("reference", path, 512)
     engine = load_engine("triton", path, 512, device="cuda")

@@ -54,24 +54,29 @@ QUANTS = {"q4-g32": (4, 32), "q8-g32": (8, 32), "q6k-g16": (8, 16)}
 SHAPES = [(640, 1024), (640, 2048), (2048, 640), (1152, 1024), (1152, 6912), (6912, 1152)]
 
 
+DTYPES = [torch.float16, torch.bfloat16]  # the engine's default on CUDA, and the option
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("m", [1, 4, 100, 4096])
 @pytest.mark.parametrize("k,n", SHAPES, ids=lambda v: str(v))
 @pytest.mark.parametrize("quant", QUANTS)
-def test_qmatmul_bf16_on_gemma3_shapes(quant, k, n, m):
+def test_qmatmul_on_gemma3_shapes(quant, k, n, m, dtype):
     w = random_qweight(n, k, *QUANTS[quant])
-    x = torch.randn(m, k, device=DEV).bfloat16()
+    x = torch.randn(m, k, device=DEV).to(dtype)
     close(qmatmul_triton(x, w), qm.qmatmul(x.float(), w))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("m", [1, 100, 500, 2048])
 @pytest.mark.parametrize("k,n", [(640, 4096), (1152, 13824)], ids=str)
-def test_qmatmul_gelu_bf16_on_gemma3_gate_up_shapes(k, n, m):
+def test_qmatmul_gelu_on_gemma3_gate_up_shapes(k, n, m, dtype):
     """gelu(gate) * up in the epilogue (fp32, before any rounding), and past LARGE_M
     cuBLAS then gelu_mul: against the reference on the same interleaved weight."""
     from decider.kernels.qmatmul_triton import qmatmul_gelu_triton
 
     w = random_qweight(n, k, 8, 32)
-    x = torch.randn(m, k, device=DEV).bfloat16()
+    x = torch.randn(m, k, device=DEV).to(dtype)
     close(qmatmul_gelu_triton(x, w), qm.qmatmul_gelu(x.float().cpu(), w.to("cpu")))
 
 
@@ -88,14 +93,6 @@ def test_qmatmul_split_k_is_deterministic_and_leaves_the_counts_zero(tiles):
     for _ in range(20):
         assert torch.equal(qmatmul_triton(x, w, blocks=tiles), got)
     assert not qmt._counts[x.device].any()
-
-
-@pytest.mark.parametrize("m", [1, 300])
-@pytest.mark.parametrize("quant", QUANTS)
-def test_qmatmul_fp16(quant, m):
-    w = random_qweight(2048, 640, *QUANTS[quant])
-    x = torch.randn(m, 640, device=DEV).half()
-    close(qmatmul_triton(x, w), qm.qmatmul(x.float(), w))
 
 
 @pytest.mark.parametrize("m", [1, 16])
@@ -122,7 +119,7 @@ ATTENTION = {  # Gemma 3 270M/1B: 4 query heads, 1 KV head, head dim 256, window
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", ATTENTION)
 def test_attention_on_gemma3_shapes(case, dtype):
     sizes, branchy, window, cached = ATTENTION[case]

@@ -1,5 +1,6 @@
 """The torch engine on CUDA (Triton qmatmul) against the transformers reference on tiny
-random Gemma 3 GGUFs: fp32 within the CPU path's 1e-3, bf16 within 0.02 in p_yes."""
+random Gemma 3 GGUFs: fp32 within the CPU path's 1e-3, the default fp16 within 0.02 in
+p_yes, bf16 (the option for models past fp16's range) within 0.04."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from decider.engines.random_gguf import write_tiny_gemma3
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 WINDOW, VOCAB = 16, 384
-P_TOL = 0.02  # the issue's GPU bound on p_yes; bf16 activations, fp32 head
+P_TOL = 0.02  # the issue's GPU bound on p_yes: fp16 activations (the default), fp32 head
+# bf16 has 3 mantissa bits fewer: its worst p_yes gap on these tiny models measured
+# 0.013-0.026 per model (docs/benchmarks.md), 0.001-0.002 with fp16 on the same CPU check
+BF16_P_TOL = 0.04
 NEAR_TIE = 0.1
 
 
@@ -27,7 +31,8 @@ def engines(tmp_path_factory):
            # passes of at most 40 tokens: longer jobs go through the KV cache in chunks
            "fp32-chunked": load_engine("triton", path, 512, device="cuda", dtype="float32",
                                        n_batch=40),
-           "bf16": load_engine("triton", path, 512, device="cuda")}
+           "fp16": load_engine("triton", path, 512, device="cuda"),
+           "bf16": load_engine("triton", path, 512, device="cuda", dtype="bfloat16")}
     yield out
     for e in out.values():
         e.close()
@@ -62,8 +67,8 @@ def test_fp32_on_cuda_matches_the_reference(engines, name):
         assert g[0].logsumexp == pytest.approx(r[0].logsumexp, abs=1e-3)
 
 
-def assert_p_yes_close(engine, reference) -> None:
-    """30 fresh prompts: p_yes within P_TOL, the same decision away from a tie."""
+def assert_p_yes_close(engine, reference, tol: float = P_TOL) -> None:
+    """30 fresh prompts: p_yes within tol, the same decision away from a tie."""
     batch = jobs(np.random.default_rng(), 30)
     worst = 0.0
     for j, g, r in zip(batch, engine.score(batch), reference.score(batch), strict=True):
@@ -71,11 +76,16 @@ def assert_p_yes_close(engine, reference) -> None:
         worst = max(worst, abs(pg - pr))
         if abs(pr - 0.5) >= NEAR_TIE:
             assert (pg >= 0.5) == (pr >= 0.5)
-    assert worst <= P_TOL, worst
+    assert worst <= tol, worst
 
 
-def test_bf16_on_cuda_keeps_p_yes_within_0_02_and_the_decisions(engines):
-    assert_p_yes_close(engines["bf16"], engines["ref"])
+def test_fp16_by_default_on_cuda_keeps_p_yes_within_0_02_and_the_decisions(engines):
+    assert engines["fp16"].dtype == torch.float16
+    assert_p_yes_close(engines["fp16"], engines["ref"])
+
+
+def test_bf16_on_cuda_keeps_p_yes_within_0_04_and_the_decisions(engines):
+    assert_p_yes_close(engines["bf16"], engines["ref"], BF16_P_TOL)
 
 
 def tree_job(rng, n_branches: int, n_labels: int = 2) -> ScoreJob:
@@ -125,7 +135,7 @@ def test_unwritten_rows_from_the_head_graph_are_refused(engines, fault_file):
     from unwritten import assert_unwritten_rows_refused
 
     rng = np.random.default_rng()
-    engine = engines["bf16"]
+    engine = engines["fp16"]
     job = tree_job(rng, 1, 4)
     other = ScoreJob(tree_job(rng, 1, 4).prefix, job.branches)  # the same labels
     assert engine._graph_head(plan([other], 8192, WINDOW)) is not None
