@@ -4,17 +4,18 @@
 
 Each timing replays a CUDA graph of back-to-back calls, as the engine's graphs run
 them: per-call time with no host launch cost, and for the matmuls with the weights
-cycling through enough copies to exceed the L2 cache (a model's layers do). qmatmul
-(bf16 activations, packed weights) at each pass size the graphs capture, against a bf16
-matmul of the weight already dense (cuBLAS: the floor a dequantizing kernel chases) and
-the built-in tile choice (gate_up also with gelu*up: the best tile with it in the
-epilogue, against the built-in path, which past 1024 rows is cuBLAS then a gelu kernel);
-attention (bf16, 4 query heads, 1 KV head, head dim 256) against
+cycling through enough copies to exceed the L2 cache (a model's layers do). Activations
+in fp16, the engine's default on CUDA. qmatmul (packed weights) at each pass size the
+graphs capture, against a matmul of the weight already dense (cuBLAS: the floor a
+dequantizing kernel chases) and the built-in tile choice (gate_up also with gelu*up: the
+best tile with it in the epilogue, against the built-in path, which past 1024 rows is
+cuBLAS then a gelu kernel); attention (4 query heads, 1 KV head, head dim 256; tiles
+with and without splitting a query block's keys over several programs) against
 F.scaled_dot_product_attention on equal-length causal sequences; the fused norms and
 RoPE (token rows per program, warps) at pass sizes from 128 to 8192 tokens, beside
-gelu*up's kernel as a yardstick of bytes moved; dequantize (the weights of passes
-past 1024 rows, for cuBLAS) per weight, in GB/s. Tiles compile in
-parallel processes first. Loads the kernels from this checkout; no network.
+gelu*up's kernel as a yardstick of bytes moved; dequantize (the weights of passes past
+1024 rows, for cuBLAS) per weight, in GB/s. Tiles compile in parallel processes first.
+Loads the kernels from this checkout; no network.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def load_kernels():
 
 qm, qmt, att, fu, fut = load_kernels()
 DEV = "cuda"
+DTYPE = torch.float16  # the engine's activations on CUDA
 L2_BYTES = 64 << 20  # cycle through more weight bytes than the H200's 50 MB L2
 HIDDEN, Q, KV, FFN, HEAD_DIM, WINDOW = 640, 4 * 256, 256, 2048, 256, 512
 # the engine's matmuls (q, k, v fused; gate, up fused) in the real 270M file's types
@@ -57,8 +59,10 @@ ROWS = (64, 128, 256, 512, 1024, 2048)  # the graphs' pass sizes up to cuBLAS's
 TILES = [(bm, bn, bk, w, 3, s) for bm, bn, bk, w, s in itertools.product(
     (32, 64, 128), (16, 32, 64, 128), (64, 128, 256), (4, 8), (1, 2, 4, 5, 8, 16))
     if bm * bk <= 128 * 128 and bn * bk <= 128 * 128 and (w == 4 or bm * bn >= 64 * 64)]
-# attention: BLOCK_M, BLOCK_N, warps, stages
-ATT_TILES = list(itertools.product((16, 32, 64, 128), (16, 32, 64), (4, 8), (1, 2, 3)))
+# attention: BLOCK_M, BLOCK_N, warps, stages, chunk (key blocks a program at most; 0: all)
+ATT_TILES = [t + (0,) for t in itertools.product((16, 32, 64, 128), (16, 32, 64), (4, 8),
+                                                 (1, 2, 3))]
+ATT_TILES += list(itertools.product((32, 64, 128), (32, 64), (4, 8), (2, 3), (2, 4, 8)))
 TOKENS = {"128": (1, 128), "2048": (1, 2048), "128x256": (128, 256)}  # (sequences, each)
 # fused norms and RoPE: token rows per program, warps; pass sizes
 FUSED_TILES = list(itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)))
@@ -110,18 +114,19 @@ def compile_some(jobs: list) -> int:
         try:
             if kernel == "qmatmul":
                 k, n, (bits, group) = LINEARS[name]
-                qmt.qmatmul_triton(torch.randn(tile[0], k, device=DEV, dtype=torch.bfloat16),
+                qmt.qmatmul_triton(torch.randn(tile[0], k, device=DEV, dtype=DTYPE),
                                    random_qweight(n, k, bits, group), blocks=tile)
             elif kernel == "fused":
                 fused_calls(64, tile)[name]()
             elif kernel == "dequantize":
                 k, n, (bits, group) = LINEARS[name]
-                qmt.dequantize_triton(random_qweight(n, k, bits, group), torch.bfloat16, tile)
+                qmt.dequantize_triton(random_qweight(n, k, bits, group), DTYPE, tile)
             else:
-                q = torch.randn(64, 4, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
-                kv = torch.randn(64, 1, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
-                lo = torch.zeros(64, device=DEV, dtype=torch.int32)
-                att.attention_triton(q, kv, kv, lo, lo + 64, 0.1, blocks=tile)
+                # keys enough that split tiles take several runs a block
+                q = torch.randn(512, 4, HEAD_DIM, device=DEV, dtype=DTYPE)
+                kv = torch.randn(512, 1, HEAD_DIM, device=DEV, dtype=DTYPE)
+                lo = torch.zeros(512, device=DEV, dtype=torch.int32)
+                att.attention_triton(q, kv, kv, lo, lo + 512, 0.1, blocks=tile)
             done += 1
         except Exception:  # noqa: BLE001 - out of shared memory or registers
             pass
@@ -145,17 +150,17 @@ def precompile(parts: list[str], workers: int = 12) -> None:
 
 
 def bench_qmatmul() -> None:
-    print("qmatmul: per-call us in a graph; floor = cuBLAS on the dense bf16 weight")
+    print("qmatmul: per-call us in a graph; floor = cuBLAS on the dense weight")
     print(f"{'linear':24} {'M':>5} {'built-in':>9} {'best':>7} {'floor':>7}  best tiles")
     for name, (k, n, (bits, group)) in LINEARS.items():
         w0 = random_qweight(n, k, bits, group)
         copies = [w0] + [random_qweight(n, k, bits, group)
                          for _ in range(max(L2_BYTES // w0.nbytes(), 1))]
-        dense = [qm.dequantize(w, torch.bfloat16) for w in copies[:max(
+        dense = [qm.dequantize(w, DTYPE) for w in copies[:max(
             L2_BYTES // (2 * n * k), 1)]]
         for m in ROWS:
-            x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
-            out = torch.empty(m, n, device=DEV, dtype=torch.bfloat16)
+            x = torch.randn(m, k, device=DEV, dtype=DTYPE)
+            out = torch.empty(m, n, device=DEV, dtype=DTYPE)
 
             def timed(tile):
                 try:
@@ -184,8 +189,8 @@ def bench_attention() -> None:
     hq, hkv, scale = Q // HEAD_DIM, KV // HEAD_DIM, HEAD_DIM ** -0.5
     for label, (seqs, each) in TOKENS.items():
         t = seqs * each
-        q = torch.randn(t, hq, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
-        k, v = (torch.randn(t, hkv, HEAD_DIM, device=DEV, dtype=torch.bfloat16) for _ in "kv")
+        q = torch.randn(t, hq, HEAD_DIM, device=DEV, dtype=DTYPE)
+        k, v = (torch.randn(t, hkv, HEAD_DIM, device=DEV, dtype=DTYPE) for _ in "kv")
         out = torch.empty_like(q)
         i = torch.arange(t, device=DEV, dtype=torch.int32)
         start = i - i % each  # packed chains of `each` tokens
@@ -209,17 +214,19 @@ def bench_attention() -> None:
                 q, k, v, lo, end, scale, out=out)] * 20) * 1e3
             ranked = sorted((timed(b), b) for b in ATT_TILES)
             best = "  ".join(f"{b} {us:.1f}" for us, b in ranked[:3])
+            whole = next(f"{b} {us:.1f}" for us, b in ranked if not b[4])
             print(f"{label:>8} window {str(window):4}: built-in {builtin:.1f}, best "
-                  f"{ranked[0][0]:.1f}, SDPA causal {sdpa:.1f}  {best}", flush=True)
+                  f"{ranked[0][0]:.1f}, SDPA causal {sdpa:.1f}  {best}  (best unsplit "
+                  f"{whole})", flush=True)
 
 
 def fused_calls(t: int, tile) -> dict:
-    """The engine's fused steps on a pass of t tokens (fp32 residual stream, bf16
+    """The engine's fused steps on a pass of t tokens (fp32 residual stream, fp16
     sublayers; q, k, v heads of one fused QKV output), each a call with `tile`."""
     x = torch.randn(t, HIDDEN, device=DEV)
-    y = torch.randn(t, HIDDEN, device=DEV, dtype=torch.bfloat16)
+    y = torch.randn(t, HIDDEN, device=DEV, dtype=DTYPE)
     w = torch.rand(HIDDEN, device=DEV) + 0.5
-    heads = torch.randn(t, Q // HEAD_DIM + 2, HEAD_DIM, device=DEV, dtype=torch.bfloat16)
+    heads = torch.randn(t, Q // HEAD_DIM + 2, HEAD_DIM, device=DEV, dtype=DTYPE)
     wd = torch.rand(HEAD_DIM, device=DEV) + 0.5
     pos = torch.arange(t, device=DEV, dtype=torch.int32)
     cos, sin = (c.to(DEV) for c in fu.rope_tables(8192, HEAD_DIM, 1e6))
@@ -231,7 +238,7 @@ def fused_calls(t: int, tile) -> dict:
 def bench_fused() -> None:
     print("fused steps: per-call us in a graph; tiles (token rows per program, warps)")
     for t in FUSED_TOKENS:
-        gu = torch.randn(t, 2 * FFN, device=DEV, dtype=torch.bfloat16)
+        gu = torch.randn(t, 2 * FFN, device=DEV, dtype=DTYPE)
         gelu = graph_ms([lambda: fut.gelu_mul(gu)] * 20) * 1e3
         for name, builtin in fused_calls(t, None).items():
             def timed(tile, name=name):
@@ -249,8 +256,8 @@ def bench_fused() -> None:
 
 
 def bench_dequantize() -> None:
-    print("dequantize to bf16: per-call us in a graph (weights cycling past the L2), and "
-          "GB/s of packed bytes read plus bf16 written")
+    print("dequantize to fp16: per-call us in a graph (weights cycling past the L2), and "
+          "GB/s of packed bytes read plus fp16 written")
     for name, (k, n, (bits, group)) in LINEARS.items():
         copies = [random_qweight(n, k, bits, group)
                   for _ in range(max(L2_BYTES // (2 * n * k), 2))]
@@ -258,7 +265,7 @@ def bench_dequantize() -> None:
 
         def timed(tile):
             try:
-                return graph_ms([lambda w=w: qmt.dequantize_triton(w, torch.bfloat16, tile)
+                return graph_ms([lambda w=w: qmt.dequantize_triton(w, DTYPE, tile)
                                  for w in copies]) * 1e3
             except Exception:  # noqa: BLE001 - does not fit the chip
                 return float("inf")
