@@ -15,12 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import MAX_TILES, arrival_counts
-
 LOG2E = 1.4426950408889634
-Blocks = tuple[int, int, int, int, int]  # BLOCK_M, BLOCK_N, warps, stages, chunk
-MAX_RUNS = 4  # programs one query block's keys may be split over
-SCRATCH_BYTES = 64 << 20  # fp32 partial outputs of split blocks, at most
 
 
 @triton.jit
@@ -47,19 +42,15 @@ def _scores_update(q, k_ptrs, v_ptrs, kv_mask, ok, qk_scale, m_i, l_i, acc, IEEE
 @triton.jit
 def _attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lo_ptr, end_ptr,
-    ck_ptr, cv_ptr, cpos_ptr, qpos_ptr, part_ptr, ml_ptr, count_ptr,
-    T, S, qk_scale, window, chunk,
+    ck_ptr, cv_ptr, cpos_ptr, qpos_ptr,
+    T, S, qk_scale, window,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
     stride_ckt, stride_ckh, stride_cvt, stride_cvh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_CACHE: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr, SPLIT: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """SPLIT: a block's keys are cut into equal runs of at most `chunk` key blocks, one
-    program (axis 2) each; the programs of a block that takes several leave their
-    unnormalized (max, sum, output) in part_ptr / ml_ptr, and the last to arrive (counted
-    in count_ptr) combines them in a fixed order and resets the count."""
-    pid_m, kv_head, run = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pid_m, kv_head = tl.program_id(0), tl.program_id(1)
     r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows: (token, query head of the group)
     rm = r // GROUP
     head = kv_head * GROUP + r % GROUP
@@ -90,13 +81,6 @@ def _attention_kernel(
                 kv_mask, ok, qk_scale, m_i, l_i, acc, IEEE)
     first = (tl.min(lo, 0) // BLOCK_N) * BLOCK_N
     last = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // GROUP + 1, T)
-    runs = 1
-    if SPLIT:
-        blocks = tl.cdiv(last - first, BLOCK_N)
-        runs = tl.cdiv(blocks, chunk)
-        length = tl.cdiv(blocks, runs) * BLOCK_N
-        first = first + run * length  # past `last` for the programs this block has no use for
-        last = tl.minimum(first + length, last)
     for n0 in range(first, last, BLOCK_N):
         rn = n0 + tl.arange(0, BLOCK_N)
         n_ok = rn < T
@@ -108,52 +92,23 @@ def _attention_kernel(
             q, k_ptr + rn[:, None] * stride_kt + kv_head * stride_kh + rd[None, :],
             v_ptr + rn[:, None] * stride_vt + kv_head * stride_vh + rd[None, :],
             kv_mask, ok, qk_scale, m_i, l_i, acc, IEEE)
-    o_ptrs = o_ptr + rm[:, None] * stride_ot + head[:, None] * stride_oh + rd[None, :]
-    o_mask = m_ok[:, None] & d_ok[None, :]
-    if runs == 1:
-        if run == 0:  # every query sees itself; padding rows divide by 1
-            out = acc / tl.where(m_ok, l_i, 1.0)[:, None]
-            tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=o_mask)
-    elif run < runs:
-        rows = tl.num_programs(0) * BLOCK_M
-        slot = kv_head * rows + r  # [BM]: this program's rows in run `run`'s part
-        tl.store(part_ptr + (run * tl.num_programs(1) * rows + slot)[:, None] * BLOCK_D
-                 + rd[None, :], acc)
-        tl.store(ml_ptr + run * 2 * tl.num_programs(1) * rows + 2 * slot, m_i)
-        tl.store(ml_ptr + run * 2 * tl.num_programs(1) * rows + 2 * slot + 1, l_i)
-        tl.debug_barrier()  # every thread's part is written before the count says so
-        tile = pid_m * tl.num_programs(1) + kv_head
-        if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu") == runs - 1:
-            top = tl.full((BLOCK_M,), -1.0e30, tl.float32)
-            for j in range(runs):
-                top = tl.maximum(top, tl.load(ml_ptr + j * 2 * tl.num_programs(1) * rows
-                                              + 2 * slot, cache_modifier=".cg"))
-            acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-            l_i = tl.zeros((BLOCK_M,), tl.float32)
-            for j in range(runs):
-                at = j * 2 * tl.num_programs(1) * rows + 2 * slot
-                w = tl.exp2(tl.load(ml_ptr + at, cache_modifier=".cg") - top)
-                l_i += w * tl.load(ml_ptr + at + 1, cache_modifier=".cg")
-                acc += w[:, None] * tl.load(
-                    part_ptr + (j * tl.num_programs(1) * rows + slot)[:, None] * BLOCK_D
-                    + rd[None, :], cache_modifier=".cg")
-            out = acc / tl.where(m_ok, l_i, 1.0)[:, None]
-            tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=o_mask)
-            tl.store(count_ptr + tile, 0)
+    # every query sees itself; padding rows divide by 1
+    out = acc / tl.where(m_ok, l_i, 1.0)[:, None]
+    tl.store(o_ptr + rm[:, None] * stride_ot + head[:, None] * stride_oh + rd[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
 
 
 def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor,
                      end: torch.Tensor, scale: float, *, cache: tuple | None = None,
                      q_pos: torch.Tensor | None = None, window: int | None = None,
-                     out: torch.Tensor | None = None, blocks: Blocks | None = None
-                     ) -> torch.Tensor:
+                     out: torch.Tensor | None = None,
+                     blocks: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """q [T, Hq, D], k and v [T, Hkv, D] (any row and head strides, unit stride along D;
     views into one fused QKV output do), lo and end [T] int32 -> [T, Hq, D] in q.dtype.
     cache: (k [S, Hkv, D], v, pos [S]) with q_pos [T]; window: the sliding window, which
     only the cache test needs (lo encodes it for the pass's own keys). blocks: (BLOCK_M,
-    BLOCK_N, warps, stages, chunk) instead of the built-in choice (for tuning; chunk: key
-    blocks per program at most, 0 none). Launches nothing that syncs with the host, so a
-    CUDA graph can hold it."""
+    BLOCK_N, warps, stages) instead of the built-in choice (for tuning). Launches nothing
+    that syncs with the host, so a CUDA graph can hold it."""
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or k.shape[2] != q.shape[2] \
             or k.shape[0] != q.shape[0]:
         raise ValueError(f"q must be [T, Hq, D] and k, v [T, Hkv, D]; got {tuple(q.shape)}, "
@@ -194,42 +149,30 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         return out
     block_d = max(16, triton.next_power_of_2(d))
     rows = t * (hq // hkv)
-    block_m, block_n, warps, stages, chunk = blocks or _blocks(rows, block_d, q.dtype)
-    grid = (triton.cdiv(rows, block_m), hkv)
-    runs = _runs(t, block_n, chunk) if cache is None and chunk > 0 else 1
-    scratch = runs * hkv * grid[0] * block_m  # rows of partial outputs
-    if scratch * block_d * 4 > SCRATCH_BYTES or grid[0] * hkv > MAX_TILES:
-        runs = 1  # a pass this long has query blocks enough to fill the GPU anyway
-    part = ml = out  # unread with one run a block
-    if runs > 1:
-        # runs of at least `chunk` blocks, long enough that `runs` cover any block's keys
-        chunk = max(chunk, triton.cdiv(triton.cdiv(t, block_n) + 1, MAX_RUNS))
-        part = torch.empty(scratch, block_d, dtype=torch.float32, device=q.device)
-        ml = torch.empty(2 * scratch, dtype=torch.float32, device=q.device)
-    _attention_kernel[grid + (runs,)](
-        q, k, v, out, lo, end, ck, cv, cpos, q_pos, part, ml, arrival_counts(q.device),
-        t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0, chunk,
+    block_m, block_n, warps, stages = blocks or _blocks(rows, block_d, q.dtype)
+    _attention_kernel[(triton.cdiv(rows, block_m), hkv)](
+        q, k, v, out, lo, end, ck, cv, cpos, q_pos,
+        t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
         GROUP=hq // hkv, HEAD_DIM=d, HAS_CACHE=cache is not None,
-        HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32, SPLIT=runs > 1,
+        HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
     )
     return out
 
 
-def _runs(t: int, block_n: int, chunk: int) -> int:
-    """Programs a query block may take: its keys span at most t + block_n (the first
-    block aligned down), cut into runs of at most `chunk` blocks, at most MAX_RUNS."""
-    return min(triton.cdiv(triton.cdiv(t, block_n) + 1, chunk), MAX_RUNS)
-
-
-def _blocks(rows: int, block_d: int, dtype: torch.dtype) -> Blocks:
-    """(BLOCK_M, BLOCK_N, warps, stages, chunk) for a pass of `rows` query rows, from the H200
-    sweep of scripts/bench_kernels.py (head dim 256, bf16): narrow query blocks for short
-    passes (programs enough to fill the GPU), 64-key blocks. fp32 tiles are twice the
-    bytes: half the keys, eight warps and two stages keep them in registers and shared
-    memory."""
+def _blocks(rows: int, block_d: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps, stages) for a pass of `rows` query rows, from the H200
+    sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV head): narrow
+    query blocks for short passes (programs enough to fill the GPU), 64-key blocks; past
+    8192 rows (2048 tokens), 128-row blocks of 32 keys on 8 warps, which read each key
+    block for twice the queries: 23-33% faster on packed sequences of 128-1024 tokens
+    and sliding layers, 4% slower on one causal sequence of 4096-8192 tokens, and 1.7x
+    slower at 2048 (docs/benchmarks.md). fp32 tiles are twice the bytes: half the keys,
+    eight warps and two stages keep them in registers and shared memory."""
     if dtype == torch.float32 and block_d > 128:
-        return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2, 0
-    return (16 if rows <= 1024 else 64), 64, 4, 3, 0
+        return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2
+    if rows > 8192:
+        return 128, 32, 8, 3
+    return (16 if rows <= 1024 else 64), 64, 4, 3

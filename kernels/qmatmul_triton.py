@@ -17,7 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .dispatch import MAX_TILES, arrival_counts
 from .fused_triton import gelu_mul, gelu_tanh
 from .qmatmul import QWeight
 
@@ -146,6 +145,10 @@ def _dequantize_kernel(codes_ptr, scale_ptr, offset_ptr, w_ptr, N, stride_cn, st
 
 
 Blocks = tuple[int, int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
+MAX_TILES = 1 << 14  # output tiles of one split-K launch (its arrival counts)
+# arrival counts, one set per device: split-K launches on a device must not overlap, which
+# holds while they go to its default stream (the engines' passes and graph replays do)
+_counts: dict[torch.device, torch.Tensor] = {}
 
 
 def _k_tiles(k: int, group: int) -> list[int]:
@@ -322,8 +325,11 @@ def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool = False, gelu: bool =
         if lse or grid[0] * grid[1] > MAX_TILES:
             raise ValueError(f"split-K {split} does not fit {grid[0] * grid[1]} tiles")
         z = torch.empty(split, m, n, dtype=torch.float32, device=x.device)
+    count = _counts.get(x.device)
+    if count is None:  # zeros once: each split-K launch leaves them zero again
+        count = _counts[x.device] = torch.zeros(MAX_TILES, dtype=torch.int32, device=x.device)
     _qmatmul_kernel[grid](
-        x, codes, scale, offset, y, z, arrival_counts(x.device), m, n, k,
+        x, codes, scale, offset, y, z, count, m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
         IEEE=x.dtype == torch.float32, LSE=lse, GELU=gelu, SPLIT_K=split,

@@ -24,7 +24,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 from trees import forest_inputs  # noqa: E402
 
-from decider.kernels import dispatch, fused  # noqa: E402
+from decider.kernels import fused  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
@@ -84,13 +84,15 @@ def test_qmatmul_gelu_on_gemma3_gate_up_shapes(k, n, m, dtype):
                                    (128, 64, 64, 8, 3, 10)], ids=str)
 def test_qmatmul_split_k_is_deterministic_and_leaves_the_counts_zero(tiles):
     """Many programs of one tile race to be last: the sum must not depend on which."""
+    from decider.kernels import qmatmul_triton as qmt
+
     w = random_qweight(1536, 640, 8, 32)
     x = torch.randn(120, 640, device=DEV).bfloat16()
     got = qmatmul_triton(x, w, blocks=tiles)
     close(got, qm.qmatmul(x.float(), w))
     for _ in range(20):
         assert torch.equal(qmatmul_triton(x, w, blocks=tiles), got)
-    assert not dispatch._counts[x.device].any()
+    assert not qmt._counts[x.device].any()
 
 
 @pytest.mark.parametrize("m", [1, 16])
@@ -124,20 +126,6 @@ def test_attention_on_gemma3_shapes(case, dtype):
     args, kwargs = forest_inputs(sizes, branchy, 4, 1, 256, window, cached, DEV, dtype)
     got = attention_triton(*args, 256 ** -0.5, **kwargs)
     close(got, attend(*fp32_cpu(args), 256 ** -0.5, **fp32_cpu(kwargs)))
-
-
-@pytest.mark.parametrize("tile", [(64, 64, 4, 3, 4), (128, 32, 8, 2, 2)], ids=str)
-@pytest.mark.parametrize("case", [c for c, v in ATTENTION.items() if not v[3]])
-def test_attention_split_over_key_runs_on_gemma3_shapes(case, tile):
-    """Query blocks split over several programs along their keys, combined by the last
-    to finish: the same result as one program a block, and the counts left zero."""
-    sizes, branchy, window, _ = ATTENTION[case]
-    args, kwargs = forest_inputs(sizes, branchy, 4, 1, 256, window, 0, DEV, torch.float16)
-    got = attention_triton(*args, 256 ** -0.5, blocks=tile, **kwargs)
-    close(got, attend(*fp32_cpu(args), 256 ** -0.5, **fp32_cpu(kwargs)))
-    for _ in range(5):
-        assert torch.equal(attention_triton(*args, 256 ** -0.5, blocks=tile, **kwargs), got)
-    assert not dispatch._counts[got.device].any()
 
 
 def fp32_cpu(x):
