@@ -142,6 +142,10 @@ HUGE = "x" * (256 * 1024 + 1)
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--scale", "a", "-l", "b"], None,
          "--scale: cannot be combined with --label"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--bogus"], None, "unrecognized arguments"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--dtype", "bfloat16"], None,
+         "the llama engine has no option 'dtype'"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--dtype", "fp8"], None,
+         "--dtype: invalid choice: 'fp8'"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field_and_the_limit(run_cli, args, stdin, words):

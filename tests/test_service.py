@@ -277,3 +277,13 @@ def test_plaintext_tcp_beyond_loopback_is_refused(tmp_path, run_cli):
     out = run_cli("serve", "--listen", "0.0.0.0:50999")
     assert out.returncode == 2
     assert "not loopback" in out.stderr.decode() and "--tls-cert" in out.stderr.decode()
+
+
+def test_a_model_option_its_engine_lacks_stops_the_daemon_before_ready(tmp_path):
+    """[model] dtype reaches the engine's loader: llama.cpp has no such option, and the
+    daemon exits 2 naming it instead of serving with the option ignored."""
+    config = tmp_path / "decider.toml"
+    config.write_text('[model]\nname = "gemma-3-270m"\ndtype = "bfloat16"\n')
+    daemon = spawn(tmp_path, "--config", str(config), wait=False)
+    assert daemon.proc.wait(timeout=120) == 2
+    assert "the llama engine has no option 'dtype'" in daemon.log()
