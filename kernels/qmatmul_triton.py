@@ -159,6 +159,14 @@ def _k_tiles(k: int, group: int) -> list[int]:
     return fits
 
 
+def _check_k_tile(k: int, bk: int, group: int, split: int = 1) -> None:
+    """A K tile must divide each of the `split` K slices and hold whole groups or lie in
+    one (the kernels neither mask K nor straddle a group)."""
+    if k % (split * bk) or (bk % group and group % bk):
+        raise ValueError(f"K tile {bk} does not divide K={k} / split {split} in groups of "
+                         f"{group}")
+
+
 def _k_tile(k: int, group: int) -> int:
     """The K tile of wide tiles: at most 64 where one fits."""
     fits = _k_tiles(k, group)
@@ -203,8 +211,7 @@ def dequantize_triton(w: QWeight, dtype: torch.dtype,
     codes, scale, offset = _operands(w)
     out = torch.empty(n, k, dtype=dtype, device=codes.device)
     bn, bk, warps = tile or (16, _k_tiles(k, w.group)[0], 8)
-    if k % bk or (bk % w.group and w.group % bk):
-        raise ValueError(f"K tile {bk} does not divide K={k} in groups of {w.group}")
+    _check_k_tile(k, bk, w.group)
     _dequantize_kernel[(triton.cdiv(n, bn), k // bk)](
         codes, scale, offset, out, n, codes.stride(0), scale.stride(0), out.stride(0),
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None, BLOCK_N=bn, BLOCK_K=bk,
@@ -318,9 +325,7 @@ def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool = False, gelu: bool =
     codes, scale, offset = _operands(w)
     bm, bn, bk, warps, stages, split = blocks
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
-    if k % (split * bk) or (bk % w.group and w.group % bk):
-        raise ValueError(f"K tile {bk} does not divide K={k} / split {split} in groups of "
-                         f"{w.group}")
+    _check_k_tile(k, bk, w.group, split)
     if split > 1:
         if lse or grid[0] * grid[1] > MAX_TILES:
             raise ValueError(f"split-K {split} does not fit {grid[0] * grid[1]} tiles")

@@ -124,10 +124,15 @@ def test_split_k_sums_the_slices_in_a_fixed_order_and_leaves_the_counts_zero(cas
     assert not qmt._counts[x.device].any()
 
 
-def test_qmatmul_refuses_tiles_that_do_not_divide_k():
+def test_qmatmul_and_dequantize_refuse_tiles_that_do_not_divide_k():
     w = random_qweight(8, 192, 8, 32)
     with pytest.raises(ValueError, match="K tile 64 does not divide K=192 / split 2"):
         qmatmul_triton(torch.randn(2, 192), w, blocks=(16, 16, 64, 4, 3, 2))
+    with pytest.raises(ValueError, match="K tile 128 does not divide K=192 / split 1"):
+        dequantize_triton(w, torch.float32, (16, 128, 4))
+    with pytest.raises(ValueError, match="K tile 48 does not divide K=192 / split 1 in "
+                       "groups of 32"):
+        dequantize_triton(w, torch.float32, (16, 48, 4))  # groups across two tiles
 
 
 def test_qmatmul_refuses_a_wrong_shape_and_empty_m_is_empty():
