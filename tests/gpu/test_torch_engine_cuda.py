@@ -32,6 +32,7 @@ def engines(tmp_path_factory):
            "fp32-chunked": load_engine("triton", path, 512, device="cuda", dtype="float32",
                                        n_batch=40),
            "fp16": load_engine("triton", path, 512, device="cuda"),
+           "fp16-chunked": load_engine("triton", path, 512, device="cuda", n_batch=40),
            "bf16": load_engine("triton", path, 512, device="cuda", dtype="bfloat16")}
     yield out
     for e in out.values():
@@ -79,9 +80,11 @@ def assert_p_yes_close(engine, reference, tol: float = P_TOL) -> None:
     assert worst <= tol, worst
 
 
-def test_fp16_by_default_on_cuda_keeps_p_yes_within_0_02_and_the_decisions(engines):
-    assert engines["fp16"].dtype == torch.float16
-    assert_p_yes_close(engines["fp16"], engines["ref"])
+@pytest.mark.parametrize("name", ["fp16", "fp16-chunked"])
+def test_fp16_by_default_on_cuda_keeps_p_yes_within_0_02_and_the_decisions(engines, name):
+    """In one pass from a CUDA graph, or (chunked) through the fp16 KV cache."""
+    assert engines[name].dtype == torch.float16
+    assert_p_yes_close(engines[name], engines["ref"])
 
 
 def test_bf16_on_cuda_keeps_p_yes_within_0_04_and_the_decisions(engines):
