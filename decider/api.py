@@ -18,7 +18,7 @@ from decider.engines import Engine, load_engine
 
 from .answers import Decision, Usage
 from .catalog import Catalog, ModelEntry
-from .errors import DeciderError, PromptTooLong
+from .errors import ActivationOverflow, DeciderError, PromptTooLong
 from .guard import LogitsGuard
 from .plan import Plan, build_plan
 from .prompts import FORMATS
@@ -72,7 +72,8 @@ class Decider:
 
     def decide_many(self, requests: Sequence[Request]) -> list[Decision | DeciderError]:
         """Answer several requests in one engine call. A request that is invalid or over
-        the window gets its own error; an engine failure raises for all of them."""
+        the window gets its own error, as does one whose activations overflow (the others
+        are then answered again, each alone); an engine failure raises for all of them."""
         plans: list[Plan | DeciderError] = []
         for request in requests:
             try:
@@ -82,12 +83,23 @@ class Decider:
         ready = [p for p in plans if isinstance(p, Plan)]
         if ready:
             jobs = [p.job for p in ready]
-            results = self.engine.score(jobs)
+            try:
+                results = self.engine.score(jobs)
+            except ActivationOverflow:
+                if len(ready) == 1:
+                    raise
+                return [self._alone(r) for r in requests]
             with self._guard_lock:
                 self.guard.check(jobs, results)
             answered = iter(results)
         return [p if isinstance(p, DeciderError) else self._decision(p, next(answered))
                 for p in plans]
+
+    def _alone(self, request: Request) -> Decision | DeciderError:
+        try:
+            return self.decide_many([request])[0]
+        except ActivationOverflow as e:
+            return e
 
     def plan(self, request: Request) -> Plan:
         """Validate, tokenize and window-check one request (no engine pass)."""

@@ -124,3 +124,26 @@ def test_p_yes_against_llama_cpp_over_a_fixed_prompt_set(triton, decider):
     for p, q in zip(ours, theirs, strict=True):
         if abs(p - 0.5) >= CLEAR:
             assert (p >= 0.5) == (q >= 0.5), (p, q)
+
+
+def test_an_fp16_overflow_fails_only_the_request_whose_text_overflows(catalog):
+    """RoPE's table scaled past fp16's range at one position: the request long enough to
+    reach it gets ACTIVATION_OVERFLOW; the shorter request of the same engine call is
+    answered, as it is alone."""
+    from decider.errors import ActivationOverflow
+
+    question = (YesNo("Is the customer unhappy?"),)
+    short, long = Request("The parcel arrived late.", question), Request(
+        "The parcel arrived late, the box was torn and the bottle inside it had leaked "
+        "over everything else I had ordered.", question)
+    with Decider("gemma-3-270m", engine="triton", catalog=catalog, n_ctx=256,
+                 dtype="float16") as d:
+        alone = d.decide_request(short)
+        at = d.plan(short).window_tokens  # past every position of the short request
+        assert d.plan(long).window_tokens > at + 1
+        for table in (d.engine.model.cos_local, d.engine.model.cos_global):
+            table[at] *= 1e6  # q and k at that position round to inf
+        got_long, got_short = d.decide_many([long, short])
+    assert isinstance(got_long, ActivationOverflow), got_long
+    assert got_long.reason == "ACTIVATION_OVERFLOW" and got_long.kind == "out_of_range"
+    assert got_short.answers[0].p_yes == pytest.approx(alone.answers[0].p_yes, abs=1e-3)
