@@ -66,8 +66,10 @@ def dequantize(w: QWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] @ dequant(w).T -> [M, N], into `out` when given (a column slice of a wider
-    buffer will do). On CUDA the Triton kernel reads the packed words; elsewhere this
-    reference dequantizes at most CHUNK_ROWS rows at a time."""
+    buffer will do). The weight is rounded to x.dtype and the products are summed in
+    out.dtype (fp32 for the head's logits), as the kernel's fp32 accumulator does. On
+    CUDA the Triton kernel reads the packed words; elsewhere this reference dequantizes
+    at most CHUNK_ROWS rows at a time."""
     if dispatch.triton(x):
         from .qmatmul_triton import qmatmul_triton  # Triton only where it compiles
 
@@ -75,8 +77,10 @@ def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None) -> tor
     n = w.shape[0]
     if out is None:
         out = torch.empty(len(x), n, dtype=x.dtype)
+    xo = x.to(out.dtype)
     for i in range(0, n, CHUNK_ROWS):
-        out[:, i:i + CHUNK_ROWS] = x @ dequantize(w.rows(slice(i, i + CHUNK_ROWS)), x.dtype).T
+        wi = dequantize(w.rows(slice(i, i + CHUNK_ROWS)), x.dtype)
+        out[:, i:i + CHUNK_ROWS] = xo @ wi.to(out.dtype).T
     return out
 
 

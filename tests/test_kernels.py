@@ -48,6 +48,18 @@ def test_qmatmul_and_embed_match_the_dense_weight(qtype, monkeypatch):
     assert torch.equal(qm.dequantize(sub), torch.from_numpy(ref)[[7, 2]] + 0.0)
 
 
+def test_half_precision_qmatmul_into_fp32_sums_in_fp32():
+    """The head's logits: fp16 activations and weights, products summed in fp32 (the
+    kernel's accumulator), so a sum past fp16's range stays finite and exact."""
+    w, ref = packed(T.Q8_0, 4, 256, np.random.default_rng())
+    x = torch.full((2, 256), 60.0, dtype=torch.float16)
+    w = qm.QWeight(w.codes, w.scale * 1000, None, w.group, w.bits)  # sums past 65504
+    got = qm.qmatmul(x, w, torch.empty(2, 4))
+    want = x.float() @ qm.dequantize(w, torch.float16).float().T
+    assert want.abs().max() > 65504 and torch.equal(got, want)
+    assert qm.qmatmul(x, w).dtype == torch.float16  # into x.dtype unless told
+
+
 def test_qmatmul_gelu_is_gelu_times_up_of_interleaved_rows():
     rng = np.random.default_rng()
     w, ref = packed(T.Q5_0, 48, 64, rng)  # rows 2i gate i, 2i + 1 up i
