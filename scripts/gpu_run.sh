@@ -2,8 +2,9 @@
 # One call on a CUDA machine with no network: wheels carried in .whl/, the package laid
 # out for import without installing, then the GPU tests and the benchmarks.
 # Results go to $OUT (default ./gpu-out). Settings (environment): TESTS (paths, or none),
-# K (pytest -k), KERNELS=0/1/parts (tile sweep), PROFILE=0/1, BASE (A/B against commits'
-# packages), SHAPES, ENGINES, N_CTX, REPEAT.
+# K (pytest -k), KERNELS=0/1/parts (tile sweep), PROFILE=0/1 (PROFILE_SHAPE: a shape
+# other than the 270M's), BASE (A/B against commits' packages), SHAPES, ENGINES, N_CTX,
+# REPEAT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}
@@ -31,7 +32,8 @@ if [ "${KERNELS:-1}" != 0 ]; then  # 1: every part, else the parts named
     | tee "$out/bench_kernels.txt" | tail -60
 fi
 if [ "${PROFILE:-1}" = 1 ]; then
-  TRACE_DIR=$out python3 scripts/profile_engine.py 2>&1 | tee "$out/profile_engine.txt" | tail -30
+  TRACE_DIR=$out python3 scripts/profile_engine.py ${PROFILE_SHAPE:-} 2>&1 \
+    | tee "$out/profile_engine.txt" | tail -30
 fi
 if [ -n "${BASE:-}" ]; then  # A/B on one machine: BASE is one or more commits' packages,
   # made here by `scripts/layout_package.sh --rev REV .carry/NAME.tgz` and carried; the

@@ -1,9 +1,13 @@
-"""Where the Triton engine spends its time on a random gemma-3-270m-shaped model (CUDA):
-one yes/no at 120 and at 2000 tokens, and 128 decisions of 256 tokens in one call. For
-each: wall time, the host-side layout alone, torch.profiler's top operations by device
-time, and for one job the call taken apart (`stages`)."""
+"""Where the Triton engine spends its time on random weights of a real Gemma 3 shape
+(CUDA): one yes/no at 120 and at 2000 tokens, and 128 decisions of 256 tokens in one
+call. For each: wall time, the host-side layout alone, torch.profiler's top operations
+by device time, and for one job the call taken apart (`stages`).
+
+    python scripts/profile_engine.py [SHAPE]     # gemma-3-270m (default), gemma-3-1b
+"""
 
 import os
+import sys
 import tempfile
 import time
 
@@ -16,8 +20,9 @@ from decider.engines.passes import plan
 from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 from decider.engines.torch_engine import N_BATCH
 
-path = f"{tempfile.mkdtemp()}/g270m.gguf"
-write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **SHAPES["gemma-3-270m"])
+shape = sys.argv[1] if len(sys.argv) > 1 else "gemma-3-270m"
+path = f"{tempfile.mkdtemp()}/{shape}.gguf"
+write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **SHAPES[shape])
 engine = load_engine("triton", path, 4096)
 rng = np.random.default_rng(1)
 
