@@ -53,7 +53,7 @@ class Pass:
         self.rows: list[int] = []  # the token read by each output, in output order
         self.tokens = 0
         self._ids: list[Tokens] = []
-        self._chains: list[tuple[int, int, int, int, int]] = []
+        self._chains: list[tuple[int, int, int, int, int, int]] = []
 
     def chain(self, ids: Tokens, pos0: int, lo_full: int, end: int, before: int,
               follow: bool) -> None:
@@ -61,7 +61,7 @@ class Pass:
         in-pass index `before` + (its oldest visible position, if follow: the prefix chain
         laid out from index `before`; else `before` itself)."""
         self._ids.append(ids)
-        self._chains.append((pos0, lo_full, end, before, int(follow)))
+        self._chains.append((pos0, lo_full, end, before, int(follow), self.tokens))
         self.tokens += len(ids)
 
     @property
@@ -80,16 +80,16 @@ class Pass:
             raise ValueError(f"out must be int32 [5, {max(size, t)}], got {out.dtype} "
                              f"{out.shape}")
         n = np.fromiter(map(len, self._ids), np.int32, len(self._ids))
-        # each token's chain fields, and the in-pass index of its chain's first token
-        pos0, lo_full, end, before, follow = np.repeat(
-            np.array(self._chains, np.int32).reshape(-1, 5).T, n, axis=1)
-        start = np.repeat(np.cumsum(n) - n, n)
+        # each token's chain fields, with the in-pass index of its chain's first token
+        pos0, lo_full, end, before, follow, start = np.repeat(
+            np.array(self._chains, np.int32).reshape(-1, 6).T, n, axis=1)
         ids, pos, _, lo_slide, _ = out[:, :t]
         ids[:] = np.fromiter(chain.from_iterable(self._ids), np.int32, t)
-        np.add(np.arange(t, dtype=np.int32), pos0 - start, out=pos)
+        index = np.arange(t, dtype=np.int32)
+        np.add(index, pos0 - start, out=pos)
         out[LO_FULL, :t] = lo_full
-        oldest = pos - (self.window - 1)
-        lo_slide[:] = np.where(oldest >= pos0, start + oldest - pos0,
+        oldest = pos - (self.window - 1)  # inside the chain: index - (window - 1)
+        lo_slide[:] = np.where(oldest >= pos0, index - (self.window - 1),
                                before + np.maximum(oldest, 0) * follow)
         out[END, :t] = end
         padding = np.arange(t, out.shape[1], dtype=np.int32)
