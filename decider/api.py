@@ -82,22 +82,25 @@ class Decider:
                 plans.append(e)
         ready = [p for p in plans if isinstance(p, Plan)]
         if ready:
-            jobs = [p.job for p in ready]
             try:
-                results = self.engine.score(jobs)
+                answered = iter(self._answer(ready))
             except ActivationOverflow:
                 if len(ready) == 1:
                     raise
-                return [self._alone(r) for r in requests]
-            with self._guard_lock:
-                self.guard.check(jobs, results)
-            answered = iter(results)
-        return [p if isinstance(p, DeciderError) else self._decision(p, next(answered))
-                for p in plans]
+                answered = map(self._alone, ready)
+        return [p if isinstance(p, DeciderError) else next(answered) for p in plans]
 
-    def _alone(self, request: Request) -> Decision | DeciderError:
+    def _answer(self, plans: list[Plan]) -> list[Decision]:
+        """One engine call for the plans, its rows checked by the guard."""
+        jobs = [p.job for p in plans]
+        results = self.engine.score(jobs)
+        with self._guard_lock:
+            self.guard.check(jobs, results)
+        return [self._decision(p, r) for p, r in zip(plans, results, strict=True)]
+
+    def _alone(self, plan: Plan) -> Decision | ActivationOverflow:
         try:
-            return self.decide_many([request])[0]
+            return self._answer([plan])[0]
         except ActivationOverflow as e:
             return e
 
