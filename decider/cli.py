@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
+from .engines import DTYPES
 from .errors import DeciderError, FieldViolation, InvalidRequest, ModelNotFound
 from .questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo
 
@@ -110,7 +111,7 @@ def _add_load_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-ctx", type=int, help="window to load (default: the catalog's)")
     p.add_argument("--engine", help="llama | triton | reference (default: the catalog's)")
     p.add_argument("--threads", type=int, help="CPU threads for the engine")
-    p.add_argument("--dtype", choices=("float16", "bfloat16", "float32"),
+    p.add_argument("--dtype", choices=DTYPES,
                    help="activation dtype of the triton and reference engines (default: "
                    "float16 on CUDA, float32 on the CPU)")
 

@@ -16,6 +16,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from .engines import DTYPES
 from .errors import ConfigError
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -73,7 +74,7 @@ _SECTIONS = {"server": ServerSection, "tls": TlsSection, "model": ModelSection,
              "paths": PathsSection}
 _CHOICES = {"log_format": ("json", "console", "auto"),
             "log_level": ("debug", "info", "warning", "error"),
-            "dtype": ("", "float16", "bfloat16", "float32")}
+            "dtype": ("", *DTYPES)}
 
 
 def _check(origin: str, section: str, key: str, value, default):

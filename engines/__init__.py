@@ -10,6 +10,8 @@ from decider.errors import ConfigError
 
 from .base import Branch, BranchResult, Engine, EngineInfo, NodeLogits, ScoreJob, label_trie
 
+# the `dtype` option of the torch engines (triton, reference): their activations
+DTYPES = ("bfloat16", "float16", "float32")
 # name -> "module:class", imported only when that engine is loaded
 ENGINES = {
     "llama": "decider.engines.llama:LlamaEngine",
@@ -39,5 +41,5 @@ def load_engine(name: str, model_path: str | Path, n_ctx: int | None, **options)
     return engine_cls(model_path, n_ctx, **options)
 
 
-__all__ = ["ENGINES", "Branch", "BranchResult", "Engine", "EngineInfo", "NodeLogits",
+__all__ = ["DTYPES", "ENGINES", "Branch", "BranchResult", "Engine", "EngineInfo", "NodeLogits",
            "ScoreJob", "label_trie", "load_engine"]

@@ -20,11 +20,11 @@ from decider.kernels.attention import attend
 from decider.kernels.fused import add_rms_norm, gelu_mul, qk_norm_rope_, rms_norm, rope_tables
 from decider.kernels.qmatmul import QWeight, embed, qmatmul, qmatmul_gelu, qmatmul_logsumexp
 
+from . import DTYPES
 from .gguf_weights import GGUFModel, Packed
 from .kv_cache import KVCache
 from .passes import END, IDS, LO_FULL, LO_SLIDE, POS
 
-DTYPES = ("bfloat16", "float16", "float32")
 SLIDING_PATTERN = 6  # layer i is full attention when (i + 1) % 6 == 0
 LOCAL_ROPE_BASE = 10_000.0
 
