@@ -19,24 +19,29 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _scores_update(q, k_ptrs, v_ptrs, kv_mask, ok, qk_scale, m_i, l_i, acc, IEEE: tl.constexpr):
-    """One key block folded into the running (max, sum, output) of the online softmax."""
-    k = tl.load(k_ptrs, mask=kv_mask, other=0.0)  # [BN, BD]
-    v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+def _scores(q, k, IEEE: tl.constexpr):
+    """q [BM, BD] against a key block k [BN, BD]: [BM, BN] fp32."""
     if IEEE:  # fp32 operands: no TF32 rounding on the GPU
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
-    else:
-        s = tl.dot(q, tl.trans(k))
-    s = tl.where(ok, s * qk_scale, float("-inf"))  # log2 units
+        return tl.dot(q, tl.trans(k), input_precision="ieee")
+    return tl.dot(q, tl.trans(k))
+
+
+@triton.jit
+def _fold(s, v, m_i, l_i, acc, IEEE: tl.constexpr):
+    """One key block's scores (log2 units) and values folded into the running (max, sum,
+    output) of the online softmax."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    p = tl.exp2(s - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
+    l_i = l_i * alpha
+    acc = acc * alpha[:, None]
+    m_i = m_new
+    p = tl.exp2(s - m_i[:, None])
+    l_i = l_i + tl.sum(p, 1)
     if IEEE:
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
     else:
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-    return m_new, l_i, acc
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    return m_i, l_i, acc
 
 
 @triton.jit
@@ -75,23 +80,34 @@ def _attention_kernel(
             if HAS_WINDOW:
                 ok = ok & (q_pos[:, None] - c_pos[None, :] < window)
             kv_mask = n_ok[:, None] & d_ok[None, :]
-            m_i, l_i, acc = _scores_update(
-                q, ck_ptr + rn[:, None] * stride_ckt + kv_head * stride_ckh + rd[None, :],
-                cv_ptr + rn[:, None] * stride_cvt + kv_head * stride_cvh + rd[None, :],
-                kv_mask, ok, qk_scale, m_i, l_i, acc, IEEE)
+            k = tl.load(ck_ptr + rn[:, None] * stride_ckt + kv_head * stride_ckh + rd[None, :],
+                        mask=kv_mask, other=0.0)  # [BN, BD]
+            v = tl.load(cv_ptr + rn[:, None] * stride_cvt + kv_head * stride_cvh + rd[None, :],
+                        mask=kv_mask, other=0.0)
+            s = tl.where(ok, _scores(q, k, IEEE) * qk_scale, float("-inf"))
+            m_i, l_i, acc = _fold(s, v, m_i, l_i, acc, IEEE)
     first = (tl.min(lo, 0) // BLOCK_N) * BLOCK_N
     last = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // GROUP + 1, T)
+    first_row = pid_m * BLOCK_M // GROUP
+    lo_max = tl.max(lo, 0)  # T where the block has padding rows: every key block masked
     for n0 in range(first, last, BLOCK_N):
         rn = n0 + tl.arange(0, BLOCK_N)
         n_ok = rn < T
-        end = tl.load(end_ptr + rn, mask=n_ok, other=0)
-        ok = (rn[None, :] >= lo[:, None]) & (rn[None, :] <= rm[:, None]) \
-            & (rm[:, None] < end[None, :])
         kv_mask = n_ok[:, None] & d_ok[None, :]
-        m_i, l_i, acc = _scores_update(
-            q, k_ptr + rn[:, None] * stride_kt + kv_head * stride_kh + rd[None, :],
-            v_ptr + rn[:, None] * stride_vt + kv_head * stride_vh + rd[None, :],
-            kv_mask, ok, qk_scale, m_i, l_i, acc, IEEE)
+        k = tl.load(k_ptr + rn[:, None] * stride_kt + kv_head * stride_kh + rd[None, :],
+                    mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + rn[:, None] * stride_vt + kv_head * stride_vh + rd[None, :],
+                    mask=kv_mask, other=0.0)
+        end = tl.load(end_ptr + rn, mask=n_ok, other=0)
+        s = _scores(q, k, IEEE) * qk_scale
+        # a key block every row sees whole (each row's lo at or before it, it at or before
+        # the first row's token, each key's subtree past the last) needs no mask: most
+        # blocks of a long chain
+        if (n0 < lo_max) | (n0 + BLOCK_N - 1 > first_row) | (tl.min(end, 0) < last):
+            ok = (rn[None, :] >= lo[:, None]) & (rn[None, :] <= rm[:, None]) \
+                & (rm[:, None] < end[None, :])
+            s = tl.where(ok, s, float("-inf"))
+        m_i, l_i, acc = _fold(s, v, m_i, l_i, acc, IEEE)
     # every query sees itself; padding rows divide by 1
     out = acc / tl.where(m_ok, l_i, 1.0)[:, None]
     tl.store(o_ptr + rm[:, None] * stride_ot + head[:, None] * stride_oh + rd[None, :],
@@ -164,15 +180,15 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
 
 def _blocks(rows: int, block_d: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, warps, stages) for a pass of `rows` query rows, from the H200
-    sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV head): narrow
-    query blocks for short passes (programs enough to fill the GPU), 64-key blocks; past
-    8192 rows (2048 tokens), 128-row blocks of 32 keys on 8 warps, which read each key
-    block for twice the queries: 23-33% faster on packed sequences of 128-1024 tokens
-    and sliding layers, 4% slower on one causal sequence of 4096-8192 tokens, and 1.7x
-    slower at 2048 (docs/benchmarks.md). fp32 tiles are twice the bytes: half the keys,
-    eight warps and two stages keep them in registers and shared memory."""
+    sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV head, fp16):
+    16-row query blocks up to 2048 rows (512 tokens: programs enough to fill the GPU),
+    64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps against
+    64-key blocks, which read each key block for twice the queries (28% faster than 64
+    rows on one causal sequence of 4096-8192 tokens, 8-10% on sliding layers;
+    docs/benchmarks.md). fp32 tiles are twice the bytes: half the keys, eight warps and
+    two stages keep them in registers and shared memory."""
     if dtype == torch.float32 and block_d > 128:
         return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2
     if rows > 8192:
-        return 128, 32, 8, 3
-    return (16 if rows <= 1024 else 64), 64, 4, 3
+        return 128, 64, 8, 2
+    return (16, 64, 4, 3) if rows <= 2048 else (64, 32, 4, 3)

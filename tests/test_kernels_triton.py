@@ -171,6 +171,29 @@ def test_attention_reads_q_k_v_as_views_of_one_fused_output():
     close(got, attend(q, k, v, lo, end, 0.125, **kwargs))
 
 
+# (branchy, Hq, Hkv, D, blocks): groups of 3 and 8 query heads put a query block's first
+# token at any offset in a key block (8 with 16-row blocks: one before a 16-key block's
+# last key, the last such block that needs its mask)
+GROWING_KEYS = {
+    "chains-gqa4": (False, 4, 1, 64, None),
+    "trees-gqa4-blocks16": (True, 4, 1, 64, (16, 16, 4, 1)),
+    "trees-gqa3": (True, 6, 2, 40, None),
+    "chains-gqa8-blocks16": (False, 8, 1, 32, (16, 16, 4, 1)),
+}
+
+
+@pytest.mark.parametrize("case", GROWING_KEYS)
+def test_attention_as_the_scores_grow_along_the_keys(case):
+    """Keys growing in size along the pass: each row's max rises by a lot at some key
+    blocks, by a little at others, and key blocks with and without a mask alternate."""
+    branchy, hq, hkv, d, blocks = GROWING_KEYS[case]
+    args, kwargs = forest_inputs([150, 90], branchy, hq, hkv, d, None)
+    q, k, v, lo, end = args
+    k *= torch.linspace(0.1, 8.0, len(k))[:, None, None] ** 2
+    close(attention_triton(*args, d ** -0.5, blocks=blocks, **kwargs),
+          attend(*args, d ** -0.5, **kwargs))
+
+
 def test_attention_refuses_heads_that_do_not_group():
     (q, k, v, lo, end), _ = forest_inputs([4], False, 3, 2, 64, None)
     with pytest.raises(ValueError, match="multiple"):

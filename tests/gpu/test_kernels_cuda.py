@@ -128,6 +128,19 @@ def test_attention_on_gemma3_shapes(case, dtype):
     close(got, attend(*fp32_cpu(args), 256 ** -0.5, **fp32_cpu(kwargs)))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("tokens", [256, 2048])
+def test_attention_as_the_scores_grow_in_half_precision(tokens, dtype):
+    """Keys growing along a chain: each row's max rises by a lot at some key blocks and by
+    a little at others (the online softmax's rescaling), the scores reach far past fp16's
+    range in exp, and most key blocks skip the mask."""
+    args, kwargs = forest_inputs([tokens], False, 4, 1, 256, None, 0, DEV, dtype)
+    q, k, v, lo, end = args
+    k *= torch.linspace(0.1, 8.0, tokens, device=DEV, dtype=dtype)[:, None, None] ** 2
+    got = attention_triton(*args, 256 ** -0.5, **kwargs)
+    close(got, attend(*fp32_cpu(args), 256 ** -0.5, **fp32_cpu(kwargs)))
+
+
 def fp32_cpu(x):
     """The same inputs as fp32 on the CPU: the torch reference's arithmetic."""
     if isinstance(x, dict):
