@@ -103,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
                        "dtype) on the same score() work")
     bench.add_argument("--shape", help="with --engines: random weights of a real shape "
                        "(gemma-3-270m, gemma-3-1b) instead of MODEL's file")
+    bench.add_argument("--prompt-tokens", type=_token_counts, default=(120, 2000),
+                       metavar="N,N,...", help="with --engines: the prompt lengths of the "
+                       "one-decision rows (default 120,2000)")
     _add_load_flags(bench)
     return p
 
@@ -343,13 +346,26 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.engines:
         run_engine_bench(_bench_model_path(args), args.engines.split(","), repeat=args.repeat,
-                         n_ctx=args.n_ctx or 4096)
+                         prompt_tokens=args.prompt_tokens, n_ctx=args.n_ctx or 4096)
         return EXIT_OK
     if args.server:
         run_service_bench(args.server, per_client=args.per_client, tokens=args.tokens)
         return EXIT_OK
     run_bench(args.model, repeat=args.repeat, tokens=args.tokens, **_load_options(args))
     return EXIT_OK
+
+
+def _token_counts(value: str) -> tuple[int, ...]:
+    """'120,2000' -> (120, 2000); each a whole number of at least 10 (a job's suffix is 9
+    tokens after at least the BOS)."""
+    try:
+        counts = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 10:
+        raise argparse.ArgumentTypeError(f"{value!r}: give whole numbers of at least 10, "
+                                         "comma-separated")
+    return counts
 
 
 def _bench_model_path(args: argparse.Namespace) -> str:

@@ -60,7 +60,10 @@ TILES = [(bm, bn, bk, w, 3, s) for bm, bn, bk, w, s in itertools.product(
     if bm * bk <= 128 * 128 and bn * bk <= 128 * 128 and (w == 4 or bm * bn >= 64 * 64)]
 # attention: BLOCK_M, BLOCK_N, warps, stages
 ATT_TILES = list(itertools.product((16, 32, 64, 128), (16, 32, 64), (4, 8), (1, 2, 3)))
-TOKENS = {"128": (1, 128), "2048": (1, 2048), "128x256": (128, 256)}  # (sequences, each)
+# (sequences, each): the three tile bands (16-row blocks up to 512 tokens, 64 rows up
+# to 2048, 128 past it) and the batch's packed sequences
+TOKENS = {"128": (1, 128), "512": (1, 512), "2048": (1, 2048), "8192": (1, 8192),
+          "128x256": (128, 256)}
 # fused norms and RoPE: token rows per program, warps; pass sizes
 FUSED_TILES = list(itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)))
 FUSED_TOKENS = (128, 512, 2048, 8192)

@@ -146,6 +146,10 @@ HUGE = "x" * (256 * 1024 + 1)
          "the llama engine has no option 'dtype'"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--dtype", "fp8"], None,
          "--dtype: invalid choice: 'fp8'"),
+        (["bench", "--engines", "triton", "--prompt-tokens", "120,x"], None,
+         "--prompt-tokens: '120,x': give whole numbers of at least 10"),
+        (["bench", "--engines", "triton", "--prompt-tokens", "9"], None,
+         "--prompt-tokens: '9': give whole numbers of at least 10"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field_and_the_limit(run_cli, args, stdin, words):
@@ -221,3 +225,20 @@ def test_bench_shape_gives_random_weights_a_tokenizer_only_for_llama(monkeypatch
     fields = gguf.GGUFReader(path).fields
     assert ("tokenizer.ggml.model" in fields) is tokenizer
     assert int(fields["gemma3.block_count"].parts[-1][0]) == 2
+
+
+def test_bench_engines_times_the_prompt_lengths_asked_for(monkeypatch, capsys):
+    """`decider bench --engines --shape --prompt-tokens`: one row per length, then the
+    batch row, for each engine (here the torch engine on the CPU, in its own process)."""
+    from decider.cli import main
+    from decider.engines.random_gguf import SHAPES
+
+    monkeypatch.setitem(SHAPES, "tiny", dict(layers=2, hidden=256, heads=2, kv_heads=1,
+                                             head_dim=128, ffn=256, vocab=1024, window=16))
+    assert main(["bench", "--engines", "triton", "--shape", "tiny", "--prompt-tokens",
+                 "40,90", "--repeat", "1", "--n-ctx", "512"]) == 0
+    rows = {line.rsplit(None, 1)[0]: float(line.rsplit(None, 1)[1])
+            for line in capsys.readouterr().out.splitlines() if "tokens (" in line}
+    assert list(rows) == ["1 yes/no, 40 tokens (ms)", "1 yes/no, 90 tokens (ms)",
+                          "128 x 256 tokens (decisions/s)"]
+    assert all(v > 0 for v in rows.values())
