@@ -21,6 +21,9 @@ import torch
 from .passes import Pass
 
 SMALLEST = 64
+# Past this many tokens a pass runs eagerly: its kernels take long enough on the GPU for
+# the host's launches to keep ahead, and a graph would hold its activations for good
+LARGEST = 8192
 HEAD_ROWS = 16  # one row tile of the logsumexp's matmul: its cost does not grow below it
 HEAD_LABELS = 64
 HEAD_VALUES = HEAD_ROWS * HEAD_LABELS + HEAD_ROWS  # logits [rows, labels], then logsumexps
@@ -28,7 +31,8 @@ HEAD_VALUES = HEAD_ROWS * HEAD_LABELS + HEAD_ROWS  # logits [rows, labels], then
 
 class GraphRunner:
     def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device) -> None:
-        self.sizes = [SMALLEST << i for i in range(max(max_tokens // SMALLEST, 1).bit_length())]
+        top = min(max_tokens, LARGEST)
+        self.sizes = [SMALLEST << i for i in range(max(top // SMALLEST, 1).bit_length())]
         # per size, int32: meta [5, n], then the head's rows, label rows and picks
         self._host = {n: torch.zeros(5 * n + HEAD_ROWS + HEAD_LABELS + HEAD_VALUES,
                                      dtype=torch.int32, pin_memory=True) for n in self.sizes}

@@ -1,8 +1,8 @@
 """The Triton engine: a plain PyTorch Gemma 3 on packed GGUF weights.
 
 On CUDA the model runs Triton kernels (packed-weight matmuls, tree attention, fused
-norms and RoPE) and, for passes up to n_batch tokens, replays CUDA graphs captured at
-load, one per power-of-two token count. On a machine without CUDA the same model code
+norms and RoPE) and, for passes up to 8192 tokens, replays CUDA graphs captured at load,
+one per power-of-two token count. On a machine without CUDA the same model code
 runs on the torch reference kernels (fp32), which is what CI checks the math with.
 
 A score call is laid out by passes.py: every job a token tree, several trees per pass
@@ -36,7 +36,9 @@ from .passes import Plan, plan
 from .vocab import Vocab
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
-N_BATCH = {"cuda": 8192, "cpu": 512}  # default tokens per pass
+# default tokens per pass: on CUDA whole batches of a daemon's calls in one pass (each
+# weight dequantized once, attention in one launch: +3-6% decisions/s against 8192)
+N_BATCH = {"cuda": 32768, "cpu": 512}
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
 
 
