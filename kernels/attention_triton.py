@@ -5,8 +5,9 @@ One program per block of rows and key/value head, a row being one query token at
 the query heads sharing that key/value head (GQA): each key/value tile is loaded once
 for all of them. Its keys run from the smallest lo[i] of the block to its last token, so
 a packed pass costs each block only its own sequence (and, in a sliding layer, its
-window); the (lo, end) test does the rest. A cached prefix, when given, is read first,
-straight from the cache's slots.
+window); the (lo, end) test does the rest, on the key blocks that some row of the block
+does not see whole (the diagonal, a window's edge, another branch). A cached prefix,
+when given, is read first, straight from the cache's slots.
 """
 
 from __future__ import annotations
