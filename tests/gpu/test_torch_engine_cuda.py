@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from decider.engines import Branch, ScoreJob, load_engine
+from decider.engines.cuda_graphs import LARGEST
 from decider.engines.passes import plan
 from decider.engines.random_gguf import write_tiny_gemma3
 
@@ -64,6 +65,18 @@ def test_fp32_on_cuda_matches_the_reference(engines, name):
     ref = engines["ref"].score(batch)
     got = engines[name].score(batch)
     for (g,), (r,) in zip(got, ref):
+        np.testing.assert_allclose(g[0].logits, r[0].logits, atol=1e-3)
+        assert g[0].logsumexp == pytest.approx(r[0].logsumexp, abs=1e-3)
+
+
+def test_fp32_a_pass_past_the_largest_graph_runs_eagerly_and_matches_the_reference(engines):
+    """300 jobs in one call: one pass of about 10,000 tokens, past the largest captured
+    graph (8192), runs eagerly beside the graphs (the default pass budget is 32768)."""
+    batch = jobs(np.random.default_rng(), 300)
+    sizes = [p.tokens for p in plan(batch, 32768, WINDOW).passes]
+    assert len(sizes) == 1 and sizes[0] > LARGEST
+    for (g,), (r,) in zip(engines["fp32"].score(batch), engines["ref"].score(batch),
+                          strict=True):
         np.testing.assert_allclose(g[0].logits, r[0].logits, atol=1e-3)
         assert g[0].logsumexp == pytest.approx(r[0].logsumexp, abs=1e-3)
 
