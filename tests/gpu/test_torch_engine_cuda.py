@@ -12,6 +12,7 @@ from decider.engines import Branch, ScoreJob, load_engine
 from decider.engines.cuda_graphs import LARGEST
 from decider.engines.passes import plan
 from decider.engines.random_gguf import write_tiny_gemma3
+from decider.engines.torch_engine import N_BATCH
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -71,9 +72,9 @@ def test_fp32_on_cuda_matches_the_reference(engines, name):
 
 def test_fp32_a_pass_past_the_largest_graph_runs_eagerly_and_matches_the_reference(engines):
     """300 jobs in one call: one pass of about 10,000 tokens, past the largest captured
-    graph (8192), runs eagerly beside the graphs (the default pass budget is 32768)."""
+    graph, runs eagerly beside the graphs (within the default pass budget)."""
     batch = jobs(np.random.default_rng(), 300)
-    sizes = [p.tokens for p in plan(batch, 32768, WINDOW).passes]
+    sizes = [p.tokens for p in plan(batch, N_BATCH["cuda"], WINDOW).passes]
     assert len(sizes) == 1 and sizes[0] > LARGEST
     for (g,), (r,) in zip(engines["fp32"].score(batch), engines["ref"].score(batch),
                           strict=True):
