@@ -184,10 +184,10 @@ def _blocks(rows: int, block_d: int, dtype: torch.dtype) -> tuple[int, int, int,
     sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV head, fp16):
     16-row query blocks up to 2048 rows (512 tokens: programs enough to fill the GPU),
     64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps against
-    64-key blocks, which read each key block for twice the queries (28% faster than 64
-    rows on one causal sequence of 4096-8192 tokens, 8-10% on sliding layers;
-    docs/benchmarks.md). fp32 tiles are twice the bytes: half the keys, eight warps and
-    two stages keep them in registers and shared memory."""
+    64-key blocks, which read each key block for twice the queries (on one causal
+    sequence of 4096-8192 tokens 16-24% less time than the best 64-row tile, 8-10% less
+    on sliding layers; docs/benchmarks.md). fp32 tiles are twice the bytes: half the
+    keys, eight warps and two stages keep them in registers and shared memory."""
     if dtype == torch.float32 and block_d > 128:
         return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2
     if rows > 8192:
