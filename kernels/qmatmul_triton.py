@@ -9,6 +9,8 @@ From LARGE_M rows (a pass of a thousand tokens or more) the arithmetic, not the 
 read, is the cost, and cuBLAS on a bf16 copy beats the fused kernel even after paying for
 the copy (measured on the H200, docs/benchmarks.md): a layer's weight is then dequantized
 by one kernel into a transient buffer for that one matmul, and stays packed at rest.
+The fused gate/up projection reads that buffer with this file's own kernel instead (up
+to DENSE_GELU_M rows), for gelu*up in the epilogue.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from .qmatmul import QWeight
 
 LARGE_M = 1024  # rows from which dequantize + cuBLAS wins
 LARGE_W = 1 << 25  # ... for weights up to this many elements (not the 262k-row head)
+# gate/up from LARGE_M rows: the Triton matmul on the dequantized weight, gelu*up in its
+# epilogue, up to this many rows (it saves the [M, N] product's trip through memory, 8-10%
+# on the 270M's gate/up); past them cuBLAS's speed wins even with a gelu kernel after it
+DENSE_GELU_M = 8192
 
 
 @triton.jit
@@ -101,9 +107,12 @@ def _qmatmul_kernel(
     for k0 in range(k_first, k_first + k_slice, BLOCK_K):
         x = tl.load(x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :], mask=m_ok[:, None],
                     other=0.0)
-        w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn_safe, k0, stride_cn, stride_sn,
-                         BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K)
-        w = tl.trans(w.to(x.dtype))  # [BK, BN]
+        if BITS == 16:  # a dense weight in x's dtype (dequantized for a large pass)
+            w = tl.load(codes_ptr + rn_safe[:, None] * stride_cn + (k0 + rk)[None, :])
+        else:
+            w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn_safe, k0, stride_cn,
+                             stride_sn, BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K).to(x.dtype)
+        w = tl.trans(w)  # [BK, BN]
         if IEEE:  # fp32 operands: no TF32 rounding on the GPU
             acc = tl.dot(x, w, acc, input_precision="ieee")
         else:
@@ -145,6 +154,7 @@ def _dequantize_kernel(codes_ptr, scale_ptr, offset_ptr, w_ptr, N, stride_cn, st
 
 
 Blocks = tuple[int, int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
+DENSE_BLOCKS = (128, 256, 64, 8, 3, 1)  # the H200 sweep's best with gelu from 1024 rows
 MAX_TILES = 1 << 14  # output tiles of one split-K launch (its arrival counts)
 # arrival counts, one set per device: split-K launches on a device must not overlap, which
 # holds while they go to its default stream (the engines' passes and graph replays do)
@@ -173,9 +183,12 @@ def _k_tile(k: int, group: int) -> int:
     return ([b for b in fits if b <= 64] or fits)[0]
 
 
-def _operands(w: QWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _operands(w: QWeight | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """codes, scale, offset as the kernels read them (the scale stands in for a missing
-    offset, which they do not read)."""
+    offset, a dense weight for all three: the kernels do not read them)."""
+    if isinstance(w, torch.Tensor):
+        w = w.contiguous()
+        return w, w, w
     scale = w.scale.contiguous()
     return w.codes.contiguous(), scale, scale if w.offset is None else w.offset.contiguous()
 
@@ -243,17 +256,37 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
 def qmatmul_gelu_triton(x: torch.Tensor, w: QWeight, blocks: Blocks | None = None
                         ) -> torch.Tensor:
     """x [M, K] @ dequant(w).T, w's rows gate and up interleaved -> gelu_tanh(gate) * up
-    [M, N / 2] in x.dtype, in the matmul's epilogue (past LARGE_M: cuBLAS, then gelu_mul)."""
+    [M, N / 2] in x.dtype, in the matmul's epilogue (from LARGE_M on the weight dequantized;
+    past DENSE_GELU_M cuBLAS, then gelu_mul)."""
     x = _activations(x, w)
     m, n = x.shape[0], w.shape[0]
     if n % 2:
         raise ValueError(f"interleaved gate and up rows come in pairs, got {n} rows")
     if blocks is None and _cublas(x, w):
-        return gelu_mul(torch.matmul(x, dequantize_triton(w, x.dtype).T))
+        dense = dequantize_triton(w, x.dtype)
+        if m <= DENSE_GELU_M:
+            return matmul_dense_triton(x, dense, gelu=True)
+        return gelu_mul(torch.matmul(x, dense.T))
     out = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
     if m and n:
         _launch(x, w, out, out, blocks or _blocks(m, n, x.shape[1], w.group, x.element_size()),
                 gelu=True)
+    return out
+
+
+def matmul_dense_triton(x: torch.Tensor, w: torch.Tensor, gelu: bool = False,
+                        blocks: Blocks | None = None) -> torch.Tensor:
+    """x [M, K] @ w.T for a dense w [N, K] in x.dtype (a large pass's dequantized weight)
+    -> [M, N]; gelu: w's rows gate and up interleaved -> gelu_tanh(gate) * up [M, N / 2],
+    in the epilogue."""
+    (m, k), n = x.shape, w.shape[0]
+    if w.dim() != 2 or w.shape[1] != k or w.dtype != x.dtype or w.device != x.device:
+        raise ValueError(f"w must be [N, {k}] in {x.dtype} on {x.device}, got {w.dtype} "
+                         f"{tuple(w.shape)}")
+    out = torch.empty(m, n // 2 if gelu else n, dtype=x.dtype, device=x.device)
+    if m and n:
+        _launch(x if x.stride(1) == 1 else x.contiguous(), w, out, out,
+                blocks or DENSE_BLOCKS, gelu=gelu)
     return out
 
 
@@ -318,14 +351,17 @@ def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr):
     tl.store(out_ptr + row, peak_all + tl.log(tl.sum(acc, 0)))
 
 
-def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool = False, gelu: bool = False
-            ) -> None:
+def _launch(x, w: QWeight | torch.Tensor, y, z, blocks: Blocks, lse: bool = False,
+            gelu: bool = False) -> None:
+    """The matmul kernel on a packed weight, or on a dense [N, K] one in x's dtype."""
     m, k = x.shape
     n = w.shape[0]
     codes, scale, offset = _operands(w)
+    dense = isinstance(w, torch.Tensor)
+    bits, group = (16, blocks[2]) if dense else (w.bits, w.group)
     bm, bn, bk, warps, stages, split = blocks
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
-    _check_k_tile(k, bk, w.group, split)
+    _check_k_tile(k, bk, group, split)
     if split > 1:
         if lse or grid[0] * grid[1] > MAX_TILES:
             raise ValueError(f"split-K {split} does not fit {grid[0] * grid[1]} tiles")
@@ -336,7 +372,7 @@ def _launch(x, w: QWeight, y, z, blocks: Blocks, lse: bool = False, gelu: bool =
     _qmatmul_kernel[grid](
         x, codes, scale, offset, y, z, count, m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
-        BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None,
+        BITS=bits, GROUP=group, HAS_OFFSET=not dense and w.offset is not None,
         IEEE=x.dtype == torch.float32, LSE=lse, GELU=gelu, SPLIT_K=split,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )

@@ -1,6 +1,6 @@
 """Sweep the Triton kernels' tiles on CUDA, on Gemma 3 270M shapes; print medians.
 
-    python scripts/bench_kernels.py [qmatmul] [attention] [fused] [dequantize]
+    python scripts/bench_kernels.py [qmatmul] [attention] [fused] [dequantize] [dense]
 
 Each timing replays a CUDA graph of back-to-back calls, as the engine's graphs run
 them: per-call time with no host launch cost, and for the matmuls with the weights
@@ -67,6 +67,15 @@ TOKENS = {"128": (1, 128), "512": (1, 512), "2048": (1, 2048), "8192": (1, 8192)
 # fused norms and RoPE: token rows per program, warps; pass sizes
 FUSED_TILES = list(itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)))
 FUSED_TOKENS = (128, 512, 2048, 8192)
+# large passes (dequantized weights): the four linears of the 270M and the 1B
+DENSE_LINEARS = {f"{name} {shape}": (k, n) for shape, (hidden, ffn) in
+                 (("270m", (HIDDEN, FFN)), ("1b", (1152, 6912)))
+                 for name, (k, n) in (("qkv", (hidden, Q + 2 * KV)), ("o", (Q, hidden)),
+                                      ("gate_up", (hidden, 2 * ffn)), ("down", (ffn, hidden)))}
+DENSE_ROWS = (1024, 2048, 4096, 8192, 32768)
+DENSE_TILES = [(bm, bn, 64, w, s, split) for bm, bn, w, s, split in itertools.product(
+    (64, 128), (64, 128, 256), (4, 8), (3, 4), (1, 2, 4))
+    if s * (bm + bn) * 64 * 2 <= 200 << 10 and (w == 8 or bm * bn <= 128 * 128)]
 # dequantize (passes past LARGE_M): BLOCK_N, BLOCK_K, warps
 DEQ_TILES = list(itertools.product((16, 32, 64, 128), (32, 64, 128, 256), (2, 4, 8)))
 
@@ -118,6 +127,11 @@ def compile_some(jobs: list) -> int:
                                    random_qweight(n, k, bits, group), blocks=tile)
             elif kernel == "fused":
                 fused_calls(64, tile)[name]()
+            elif kernel == "dense":
+                k, n = DENSE_LINEARS[name]
+                x = torch.randn(tile[0], k, device=DEV, dtype=DTYPE)
+                qmt.matmul_dense_triton(x, torch.randn(n, k, device=DEV, dtype=DTYPE),
+                                        gelu="gate_up" in name, blocks=tile)
             elif kernel == "dequantize":
                 k, n, (bits, group) = LINEARS[name]
                 qmt.dequantize_triton(random_qweight(n, k, bits, group), DTYPE, tile)
@@ -142,6 +156,9 @@ def precompile(parts: list[str], workers: int = 12) -> None:
              if "fused" in parts]
     jobs += [("dequantize", name, t) for name in forms.values() for t in DEQ_TILES
              if "dequantize" in parts]
+    # one K per form compiles the plain kernel; gate_up's the gelu epilogue too
+    jobs += [("dense", name, t) for name in DENSE_LINEARS for t in DENSE_TILES
+             if "dense" in parts]
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
         done = sum(pool.map(compile_some, [jobs[i::workers] for i in range(workers)]))
@@ -252,6 +269,36 @@ def bench_fused() -> None:
                   flush=True)
 
 
+def bench_dense() -> None:
+    print("dense matmul past LARGE_M (the weight dequantized to fp16): per-call us in a "
+          "graph; cuBLAS against the Triton kernel's tiles")
+    for name, (k, n) in DENSE_LINEARS.items():
+        copies = [torch.randn(n, k, device=DEV, dtype=DTYPE) / k ** 0.5
+                  for _ in range(max(L2_BYTES // (2 * n * k), 2))]
+        for m in DENSE_ROWS:
+            x = torch.randn(m, k, device=DEV, dtype=DTYPE)
+            out = torch.empty(m, n, device=DEV, dtype=DTYPE)
+            cublas = graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in copies]) * 1e3
+            modes = [False, True] if "gate_up" in name else [False]
+            for gelu in modes:
+                def timed(tile, gelu=gelu):
+                    try:
+                        return graph_ms([lambda d=d: qmt.matmul_dense_triton(x, d, gelu, tile)
+                                         for d in copies]) * 1e3
+                    except Exception:  # noqa: BLE001 - does not fit the chip
+                        return float("inf")
+
+                ranked = sorted((timed(t), t) for t in DENSE_TILES
+                                if k % (t[2] * t[5]) == 0 and (t[5] == 1 or m <= 8192))
+                best = "  ".join(f"{t} {us:.1f}" for us, t in ranked[:3])
+                base = cublas if not gelu else graph_ms([
+                    lambda d=d: fut.gelu_mul(torch.matmul(x, d.T)) for d in copies]) * 1e3
+                print(f"{name + (' +gelu' if gelu else ''):18} {m:6d} cuBLAS"
+                      f"{' +gelu_mul' if gelu else ''} {base:8.1f}  triton "
+                      f"{qmt.DENSE_BLOCKS[:5]} {timed(None):8.1f}  best {ranked[0][0]:8.1f}  "
+                      f"{best}", flush=True)
+
+
 def bench_dequantize() -> None:
     print("dequantize to fp16: per-call us in a graph (weights cycling past the L2), and "
           "GB/s of packed bytes read plus fp16 written")
@@ -289,6 +336,8 @@ def main() -> None:
         bench_fused()
     if "dequantize" in parts:
         bench_dequantize()
+    if "dense" in parts:
+        bench_dense()
 
 
 if __name__ == "__main__":

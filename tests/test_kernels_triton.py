@@ -80,6 +80,19 @@ def test_qmatmul_matches_the_reference(case):
           torch.nn.functional.gelu(y[:, 0::2], approximate="tanh") * y[:, 1::2])
 
 
+def test_dense_matmul_matches_torch_plain_and_with_gelu():
+    """The matmul of large passes on the weight dequantized for them: ragged M and N
+    against the built-in tiles, K in whole tiles of 64."""
+    m, n, k = draw(129, 300), 2 * draw(65, 150), 64 * draw(1, 4)
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    close(qmt.matmul_dense_triton(x, w), x @ w.T)
+    y = x.double() @ w.double().T
+    close(qmt.matmul_dense_triton(x, w, gelu=True).double(),
+          torch.nn.functional.gelu(y[:, 0::2], approximate="tanh") * y[:, 1::2])
+    with pytest.raises(ValueError, match=r"w must be \[N, "):
+        qmt.matmul_dense_triton(x, w[:, 1:])
+
+
 @pytest.mark.parametrize("hidden,q,kv,ffn", [(640, 1024, 256, 2048), (1152, 1024, 256, 6912),
                                            (2560, 2048, 1024, 10240), (3840, 4096, 2048, 15360),
                                            (5376, 4096, 2048, 21504)],

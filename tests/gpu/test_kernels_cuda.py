@@ -68,11 +68,12 @@ def test_qmatmul_on_gemma3_shapes(quant, k, n, m, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("m", [1, 100, 500, 2048])
+@pytest.mark.parametrize("m", [1, 100, 500, 2048, 8200])
 @pytest.mark.parametrize("k,n", [(640, 4096), (1152, 13824)], ids=str)
 def test_qmatmul_gelu_on_gemma3_gate_up_shapes(k, n, m, dtype):
-    """gelu(gate) * up in the epilogue (fp32, before any rounding), and past LARGE_M
-    cuBLAS then gelu_mul: against the reference on the same interleaved weight."""
+    """gelu(gate) * up in the epilogue (fp32, before any rounding) of the packed matmul,
+    from LARGE_M of the matmul on the dequantized weight, past DENSE_GELU_M cuBLAS then
+    gelu_mul: against the reference on the same interleaved weight."""
     from decider.kernels.qmatmul_triton import qmatmul_gelu_triton
 
     w = random_qweight(n, k, 8, 32)
