@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from decider.kernels.qmatmul import QWeight, embed, qmatmul, qmatmul_gelu, qmatm
 
 from . import DTYPES
 from .gguf_weights import GGUFModel, Packed
+from .dense_weights import DenseWeights
 from .kv_cache import KVCache
 from .passes import END, IDS, LO_FULL, LO_SLIDE, POS
 
@@ -116,9 +118,10 @@ class Linear(nn.Module):
     def nbytes(self) -> int:
         return sum(map(_nbytes, self.parts))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dense: torch.Tensor | None = None) -> torch.Tensor:
+        """dense: the one packed part already dequantized (engines/dense_weights.py)."""
         if len(self.parts) == 1:
-            return _matmul(x, self.parts[0])
+            return _matmul(x, self.parts[0], dense=dense)
         out = torch.empty(len(x), self.out_features, dtype=x.dtype, device=x.device)
         if self.interleave:
             pairs = out.view(len(x), -1, 2)
@@ -131,11 +134,11 @@ class Linear(nn.Module):
             at += w.shape[0]
         return out
 
-    def gelu(self, x: torch.Tensor) -> torch.Tensor:
+    def gelu(self, x: torch.Tensor, dense: torch.Tensor | None = None) -> torch.Tensor:
         """gelu_tanh(gate) * up [T, F] of an interleaved (gate, up) projection: in the
         packed matmul's epilogue when both are one packed weight."""
         if len(self.parts) == 1 and isinstance(self.parts[0], QWeight):
-            return qmatmul_gelu(x, self.parts[0])
+            return qmatmul_gelu(x, self.parts[0], dense)
         return gelu_mul(self(x))
 
 
@@ -143,9 +146,10 @@ def _nbytes(w: QWeight | torch.Tensor) -> int:
     return w.nbytes() if isinstance(w, QWeight) else w.numel() * w.element_size()
 
 
-def _matmul(x: torch.Tensor, w: QWeight | torch.Tensor, out: torch.Tensor | None = None):
+def _matmul(x: torch.Tensor, w: QWeight | torch.Tensor, out: torch.Tensor | None = None,
+            dense: torch.Tensor | None = None):
     if isinstance(w, QWeight):
-        return qmatmul(x, w, out)
+        return qmatmul(x, w, out, dense)
     return torch.matmul(x, w.T) if out is None else out.copy_(torch.matmul(x, w.T))
 
 
@@ -193,15 +197,17 @@ class Block(nn.Module):
                   "attn_q_norm", "attn_k_norm"):
             self.register_buffer(n, torch.from_numpy(np.array(t[p + n + ".weight"], np.float32)))
 
-    def forward(self, x, h, norm_next, meta, rope, cache: KVCache | None, write: bool):
+    def forward(self, x, h, norm_next, meta, rope, cache: KVCache | None, write: bool,
+                dense: dict[str, torch.Tensor]):
         """x: the residual stream [T, hidden], h: its attn_norm; returns the stream after
         this layer and its norm by norm_next (the next layer's attn_norm, or the final
         norm). meta [5, T]: passes.py's rows; rope: (cos, sin) tables of this layer's kind.
-        cache: the prefix before these tokens, which write=True extends with them."""
+        cache: the prefix before these tokens, which write=True extends with them. dense:
+        the linears' weights already dequantized, by name (dense_weights.py)."""
         cfg = self.cfg
         t, hq, hkv, d = len(x), cfg.heads, cfg.kv_heads, cfg.head_dim
         pos = meta[POS]
-        heads = self.qkv(h).view(t, hq + 2 * hkv, d)
+        heads = self.qkv(h, dense.get("qkv")).view(t, hq + 2 * hkv, d)
         qk_norm_rope_(heads[:, :hq + hkv], hq, self.attn_q_norm, self.attn_k_norm, pos, *rope,
                       cfg.eps)
         q, k, v = heads[:, :hq], heads[:, hq:hq + hkv], heads[:, hq + hkv:]
@@ -211,10 +217,10 @@ class Block(nn.Module):
                    window=cfg.window if self.sliding else None)
         if write:
             cache.write(self.index, k, v)
-        x, h = add_rms_norm(x, self.o(a.view(t, hq * d)), self.post_attention_norm,
-                            self.ffn_norm, cfg.eps)
-        return add_rms_norm(x, self.down(self.gate_up.gelu(h)), self.post_ffw_norm,
-                            norm_next, cfg.eps)
+        x, h = add_rms_norm(x, self.o(a.view(t, hq * d), dense.get("o")),
+                            self.post_attention_norm, self.ffn_norm, cfg.eps)
+        y = self.down(self.gate_up.gelu(h, dense.get("gate_up")), dense.get("down"))
+        return add_rms_norm(x, y, self.post_ffw_norm, norm_next, cfg.eps)
 
 
 class Gemma3(nn.Module):
@@ -229,6 +235,7 @@ class Gemma3(nn.Module):
         self.embedding = qweight(emb) if isinstance(emb, Packed) else torch.from_numpy(
             np.array(emb, np.float32)).to(dtype)
         self.blocks = nn.ModuleList(Block(cfg, i, t, dtype) for i in range(cfg.layers))
+        self.dense = DenseWeights(self.blocks, dtype)  # made again by to(), on the device
         self.register_buffer("norm", torch.from_numpy(np.array(t["output_norm.weight"],
                                                                 np.float32)))
         # Gemma scales embeddings by sqrt(hidden), rounded to the activation dtype as in
@@ -250,6 +257,7 @@ class Gemma3(nn.Module):
                 m.to(device)
         self.embedding = self.embedding.to(device)  # packed or dense: not a module's tensor
         self.embed_scale = self.embed_scale.to(device)
+        self.dense = DenseWeights(self.blocks, self.dtype)
         return self
 
     def weight_bytes(self) -> int:
@@ -269,9 +277,11 @@ class Gemma3(nn.Module):
         x = (x * self.embed_scale).float()
         h = rms_norm(x, self.blocks[0].attn_norm, self.cfg.eps, self.dtype)
         rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
-        for i, block in enumerate(self.blocks):
+        t = len(ids)
+        dense = self.dense.layers(t) if self.dense.active(t, ids.device) else repeat({})
+        for i, (block, weights) in enumerate(zip(self.blocks, dense)):
             norm_next = self.blocks[i + 1].attn_norm if i + 1 < len(self.blocks) else self.norm
-            x, h = block(x, h, norm_next, meta, rope[block.sliding], cache, write)
+            x, h = block(x, h, norm_next, meta, rope[block.sliding], cache, write, weights)
         return h
 
     def head(self, h: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:

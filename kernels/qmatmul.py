@@ -64,16 +64,18 @@ def dequantize(w: QWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return out.view(n, k).to(dtype)
 
 
-def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None) -> torch.Tensor:
+def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
+            dense: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] @ dequant(w).T -> [M, N], into `out` when given (a column slice of a wider
     buffer will do). The weight is rounded to x.dtype and the products are summed in
     out.dtype (fp32 for the head's logits), as the kernel's fp32 accumulator does. On
-    CUDA the Triton kernel reads the packed words; elsewhere this reference dequantizes
+    CUDA the Triton kernel reads the packed words, or for a large pass a dequantized copy
+    (`dense`, made ahead, when given: qmatmul_triton); elsewhere this reference dequantizes
     at most CHUNK_ROWS rows at a time."""
     if dispatch.triton(x):
         from .qmatmul_triton import qmatmul_triton  # Triton only where it compiles
 
-        return qmatmul_triton(x, w, out)
+        return qmatmul_triton(x, w, out, dense=dense)
     n = w.shape[0]
     if out is None:
         out = torch.empty(len(x), n, dtype=x.dtype)
@@ -84,14 +86,15 @@ def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None) -> tor
     return out
 
 
-def qmatmul_gelu(x: torch.Tensor, w: QWeight) -> torch.Tensor:
+def qmatmul_gelu(x: torch.Tensor, w: QWeight, dense: torch.Tensor | None = None
+                 ) -> torch.Tensor:
     """x [M, K] @ dequant(w).T with w's rows gate and up interleaved (row 2i gate i, 2i + 1
     up i) -> gelu_tanh(gate) * up [M, N / 2] (fused.gelu_mul). On CUDA the matmul's
     epilogue computes it, so the [M, N] product never goes to memory."""
     if dispatch.triton(x):
         from .qmatmul_triton import qmatmul_gelu_triton
 
-        return qmatmul_gelu_triton(x, w)
+        return qmatmul_gelu_triton(x, w, dense=dense)
     from .fused import gelu_mul
 
     return gelu_mul(qmatmul(x, w))

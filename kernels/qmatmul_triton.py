@@ -215,14 +215,18 @@ def _blocks(m: int, n: int, k: int, group: int, itemsize: int = 2) -> Blocks:
 
 
 def dequantize_triton(w: QWeight, dtype: torch.dtype,
-                      tile: tuple[int, int, int] | None = None) -> torch.Tensor:
-    """[N, K] in `dtype`, one kernel. tile: (BLOCK_N, BLOCK_K, warps) instead of the
-    built-in choice: 16 rows of the widest K tile, 8 warps (the H200 sweep of
-    scripts/bench_kernels.py on Gemma 3 270M weights: 1.7-3.2 us per weight against
-    2.2-3.9 for 64 rows of 64 columns, 4 warps)."""
+                      tile: tuple[int, int, int] | None = None,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+    """[N, K] in `dtype` (into `out` when given), one kernel. tile: (BLOCK_N, BLOCK_K,
+    warps) instead of the built-in choice: 16 rows of the widest K tile, 8 warps (the
+    H200 sweep of scripts/bench_kernels.py on Gemma 3 270M weights: 1.7-3.2 us per weight
+    against 2.2-3.9 for 64 rows of 64 columns, 4 warps)."""
     n, k = w.shape
     codes, scale, offset = _operands(w)
-    out = torch.empty(n, k, dtype=dtype, device=codes.device)
+    if out is None:
+        out = torch.empty(n, k, dtype=dtype, device=codes.device)
+    elif out.shape != (n, k) or out.dtype != dtype or not out.is_contiguous():
+        raise ValueError(f"out must be contiguous [{n}, {k}] in {dtype}")
     bn, bk, warps = tile or (16, _k_tiles(k, w.group)[0], 8)
     _check_k_tile(k, bk, w.group)
     _dequantize_kernel[(triton.cdiv(n, bn), k // bk)](
@@ -233,18 +237,20 @@ def dequantize_triton(w: QWeight, dtype: torch.dtype,
 
 
 def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
-                   blocks: Blocks | None = None) -> torch.Tensor:
+                   blocks: Blocks | None = None, dense: torch.Tensor | None = None
+                   ) -> torch.Tensor:
     """x [M, K] (fp16, bf16 or fp32; unit stride along K) @ dequant(w).T -> [M, N] in
     x.dtype, or into `out` when given: x.dtype or fp32 (the head's logits), any row stride
     (a column slice of a wider buffer). blocks: tiles to use instead of the built-in
-    choice (for tuning; it also keeps the fused kernel at any M)."""
+    choice (for tuning; it also keeps the fused kernel at any M). dense: w already
+    dequantized in x.dtype, for when the pass takes that path (`takes_dense`)."""
     x = _activations(x, w)
     m, n = x.shape[0], w.shape[0]
     if out is not None and (out.shape != (m, n) or out.dtype not in (x.dtype, torch.float32)
                             or out.stride(1) != 1):
         raise ValueError(f"out must be [{m}, {n}] in {x.dtype} or fp32, unit column stride")
-    if blocks is None and _cublas(x, w):
-        y = torch.matmul(x, dequantize_triton(w, x.dtype).T)
+    if blocks is None and takes_dense(m, w, x.dtype):
+        y = torch.matmul(x, _dense(x, w, dense).T)
         return y if out is None else out.copy_(y)
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
@@ -253,17 +259,17 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
     return out
 
 
-def qmatmul_gelu_triton(x: torch.Tensor, w: QWeight, blocks: Blocks | None = None
-                        ) -> torch.Tensor:
+def qmatmul_gelu_triton(x: torch.Tensor, w: QWeight, blocks: Blocks | None = None,
+                        dense: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] @ dequant(w).T, w's rows gate and up interleaved -> gelu_tanh(gate) * up
-    [M, N / 2] in x.dtype, in the matmul's epilogue (from LARGE_M on the weight dequantized;
-    past DENSE_GELU_M cuBLAS, then gelu_mul)."""
+    [M, N / 2] in x.dtype, in the matmul's epilogue (from LARGE_M on the weight dequantized,
+    or `dense`; past DENSE_GELU_M cuBLAS, then gelu_mul)."""
     x = _activations(x, w)
     m, n = x.shape[0], w.shape[0]
     if n % 2:
         raise ValueError(f"interleaved gate and up rows come in pairs, got {n} rows")
-    if blocks is None and _cublas(x, w):
-        dense = dequantize_triton(w, x.dtype)
+    if blocks is None and takes_dense(m, w, x.dtype):
+        dense = _dense(x, w, dense)
         if m <= DENSE_GELU_M:
             return matmul_dense_triton(x, dense, gelu=True)
         return gelu_mul(torch.matmul(x, dense.T))
@@ -272,6 +278,16 @@ def qmatmul_gelu_triton(x: torch.Tensor, w: QWeight, blocks: Blocks | None = Non
         _launch(x, w, out, out, blocks or _blocks(m, n, x.shape[1], w.group, x.element_size()),
                 gelu=True)
     return out
+
+
+def _dense(x: torch.Tensor, w: QWeight, dense: torch.Tensor | None) -> torch.Tensor:
+    """w dequantized in x.dtype: `dense` when given (checked), else now."""
+    if dense is None:
+        return dequantize_triton(w, x.dtype)
+    if dense.shape != w.shape or dense.dtype != x.dtype or dense.device != x.device:
+        raise ValueError(f"dense must be {list(w.shape)} in {x.dtype} on {x.device}, got "
+                         f"{list(dense.shape)} in {dense.dtype}")
+    return dense
 
 
 def matmul_dense_triton(x: torch.Tensor, w: torch.Tensor, gelu: bool = False,
@@ -303,10 +319,11 @@ def _activations(x: torch.Tensor, w: QWeight) -> torch.Tensor:
     return x if x.stride(1) == 1 else x.contiguous()
 
 
-def _cublas(x: torch.Tensor, w: QWeight) -> bool:
-    """Whether dequantize + cuBLAS beats the fused kernel here."""
+def takes_dense(m: int, w: QWeight, dtype: torch.dtype) -> bool:
+    """Whether a pass of m rows multiplies w dequantized (cuBLAS, or the gelu epilogue on
+    the dense copy) rather than packed."""
     n, k = w.shape
-    return x.shape[0] >= LARGE_M and n * k <= LARGE_W and x.dtype != torch.float32
+    return m >= LARGE_M and n * k <= LARGE_W and dtype != torch.float32
 
 
 def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None

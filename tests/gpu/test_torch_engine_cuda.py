@@ -82,9 +82,9 @@ def test_fp32_a_pass_past_the_largest_graph_runs_eagerly_and_matches_the_referen
         assert g[0].logsumexp == pytest.approx(r[0].logsumexp, abs=1e-3)
 
 
-def assert_p_yes_close(engine, reference, tol: float = P_TOL) -> None:
-    """30 fresh prompts: p_yes within tol, the same decision away from a tie."""
-    batch = jobs(np.random.default_rng(), 30)
+def assert_p_yes_close(engine, reference, tol: float = P_TOL, n: int = 30) -> None:
+    """n fresh prompts in one call: p_yes within tol, the same decision away from a tie."""
+    batch = jobs(np.random.default_rng(), n)
     worst = 0.0
     for j, g, r in zip(batch, engine.score(batch), reference.score(batch), strict=True):
         pg, pr = p_yes(j, g), p_yes(j, r)
@@ -99,6 +99,16 @@ def test_fp16_by_default_on_cuda_keeps_p_yes_within_0_02_and_the_decisions(engin
     """In one pass from a CUDA graph, or (chunked) through the fp16 KV cache."""
     assert engines[name].dtype == torch.float16
     assert_p_yes_close(engines[name], engines["ref"])
+
+
+@pytest.mark.parametrize("n", [60, 300], ids=["graph-2048", "eager-10k"])
+def test_fp16_large_passes_multiply_dense_weights_made_ahead_and_keep_p_yes(engines, n):
+    """A pass of ~2,000 tokens (a graph) or ~10,000 (eager): each layer's weights are
+    dequantized on the side stream during the layer before (dense_weights.py)."""
+    engine = engines["fp16"]
+    [p] = plan(jobs(np.random.default_rng(0), n), N_BATCH["cuda"], WINDOW).passes
+    assert engine.model.dense.active(p.tokens, engine.device)
+    assert_p_yes_close(engine, engines["ref"], n=n)
 
 
 def test_bf16_on_cuda_keeps_p_yes_within_0_04_and_the_decisions(engines):

@@ -1,0 +1,77 @@
+"""The next layer's weights dequantized on a side stream while this layer runs.
+
+A pass of LARGE_M rows or more multiplies each layer's weights dequantized (cuBLAS, or
+the gelu epilogue on the dense copy: kernels/qmatmul_triton.py). Dequantizing is a
+memory-bound kernel per weight, and a layer's attention and fused steps leave the GPU
+room beside them, so the copies for layer i + 1 are made on a second stream while layer
+i runs, into the other of two buffer sets; events order the two streams (also inside a
+CUDA graph, where they become its edges). The weights stay packed at rest: the buffers
+hold two layers' worth, in the activation dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from decider.kernels.qmatmul import QWeight
+
+LINEARS = ("qkv", "o", "gate_up", "down")
+
+
+class DenseWeights:
+    """Made for a model's blocks where their weights will run (after moving them)."""
+
+    def __init__(self, blocks: torch.nn.ModuleList, dtype: torch.dtype) -> None:
+        # per layer, the linears that are one packed weight (others dequantize on demand)
+        self._weights = [{name: getattr(b, name).parts[0] for name in LINEARS
+                          if _single_packed(getattr(b, name))} for b in blocks]
+        self.dtype = dtype
+        self._buffers: list[dict[str, torch.Tensor]] = []
+        self._stream: torch.cuda.Stream | None = None
+
+    def active(self, rows: int, device: torch.device) -> bool:
+        """Whether a pass of `rows` rows on `device` takes the dense path anywhere."""
+        if device.type != "cuda":
+            return False
+        from decider.kernels.qmatmul_triton import takes_dense  # Triton only where it runs
+
+        return any(takes_dense(rows, w, self.dtype) for ws in self._weights for w in ws.values())
+
+    def layers(self, rows: int):
+        """Per layer in order, {linear name: its dense weight} for those that take the
+        dense path at `rows` rows, ready on the current stream when yielded. The caller
+        must run the layer's work on the current stream before taking the next."""
+        from decider.kernels.qmatmul_triton import dequantize_triton, takes_dense
+
+        main = torch.cuda.current_stream()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(main.device)
+            # two sets, one buffer per linear (a linear has one shape in every layer)
+            shapes = {name: w.shape for ws in self._weights for name, w in ws.items()}
+            self._buffers = [{name: torch.empty(shape, dtype=self.dtype, device=main.device)
+                              for name, shape in shapes.items()} for _ in range(2)]
+        side = self._stream
+        wanted = [{name: w for name, w in ws.items() if takes_dense(rows, w, self.dtype)}
+                  for ws in self._weights]
+
+        def fill(i: int) -> torch.cuda.Event:
+            """Layer i's copies into set i % 2 on the side stream, once the main stream
+            is done with that set (the layer two back)."""
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                for name, w in wanted[i].items():
+                    dequantize_triton(w, self.dtype, out=self._buffers[i % 2][name])
+                return side.record_event()
+
+        ready = fill(0)
+        for i in range(len(wanted)):
+            # at the last layer this also joins the side stream, which has no work after
+            # it (a CUDA graph's capture must end with every forked stream joined)
+            main.wait_event(ready)
+            if i + 1 < len(wanted):
+                ready = fill(i + 1)
+            yield {name: self._buffers[i % 2][name] for name in wanted[i]}
+
+
+def _single_packed(linear) -> bool:
+    return len(linear.parts) == 1 and isinstance(linear.parts[0], QWeight)
