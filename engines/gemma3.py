@@ -22,8 +22,8 @@ from decider.kernels.fused import add_rms_norm, gelu_mul, qk_norm_rope_, rms_nor
 from decider.kernels.qmatmul import QWeight, embed, qmatmul, qmatmul_gelu, qmatmul_logsumexp
 
 from . import DTYPES
-from .gguf_weights import GGUFModel, Packed
 from .dense_weights import DenseWeights
+from .gguf_weights import GGUFModel, Packed
 from .kv_cache import KVCache
 from .passes import END, IDS, LO_FULL, LO_SLIDE, POS
 

@@ -8,9 +8,10 @@ tl.dot in fp32. Nothing dequantized goes to memory.
 From LARGE_M rows (a pass of a thousand tokens or more) the arithmetic, not the weight
 read, is the cost, and cuBLAS on a bf16 copy beats the fused kernel even after paying for
 the copy (measured on the H200, docs/benchmarks.md): a layer's weight is then dequantized
-by one kernel into a transient buffer for that one matmul, and stays packed at rest.
-The fused gate/up projection reads that buffer with this file's own kernel instead (up
-to DENSE_GELU_M rows), for gelu*up in the epilogue.
+by one kernel into a buffer (by the engine ahead of the layer, engines/dense_weights.py,
+or here when none is given), and stays packed at rest. The fused gate/up projection
+reads that buffer with this file's own kernel instead (up to DENSE_GELU_M rows), for
+gelu*up in the epilogue.
 """
 
 from __future__ import annotations

@@ -93,6 +93,19 @@ def test_dense_matmul_matches_torch_plain_and_with_gelu():
         qmt.matmul_dense_triton(x, w[:, 1:])
 
 
+def test_a_dense_copy_of_the_wrong_shape_or_dtype_is_refused():
+    """A large pass multiplies the copy it is given (made ahead by the engine): one that
+    does not match the packed weight is an error, not a wrong product."""
+    w = random_qweight(64, 128, 8, 32)
+    x = torch.randn(qmt.LARGE_M, 128, dtype=torch.float16)
+    assert qmt.takes_dense(len(x), w, x.dtype)
+    for bad in (torch.zeros(64, 96, dtype=torch.float16), torch.zeros(64, 128)):
+        with pytest.raises(ValueError, match=r"dense must be \[64, 128\] in torch.float16"):
+            qmatmul_triton(x, w, dense=bad)
+        with pytest.raises(ValueError, match=r"dense must be \[64, 128\]"):
+            qmt.qmatmul_gelu_triton(x, w, dense=bad)
+
+
 @pytest.mark.parametrize("hidden,q,kv,ffn", [(640, 1024, 256, 2048), (1152, 1024, 256, 6912),
                                            (2560, 2048, 1024, 10240), (3840, 4096, 2048, 15360),
                                            (5376, 4096, 2048, 21504)],
