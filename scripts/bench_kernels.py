@@ -1,4 +1,5 @@
-"""Sweep the Triton kernels' tiles on CUDA, on Gemma 3 270M shapes; print medians.
+"""Sweep the Triton kernels' tiles on CUDA, on Gemma 3 shapes (270M; dense: also 1B);
+print medians.
 
     python scripts/bench_kernels.py [qmatmul] [attention] [fused] [dequantize] [dense]
 
@@ -8,13 +9,15 @@ cycling through enough copies to exceed the L2 cache (a model's layers do). Acti
 in fp16, the engine's default on CUDA. qmatmul (packed weights) at each pass size the
 graphs capture, against a matmul of the weight already dense (cuBLAS: the floor a
 dequantizing kernel chases) and the built-in tile choice (gate_up also with gelu*up: the
-best tile with it in the epilogue, against the built-in path, which past 1024 rows is
-cuBLAS then a gelu kernel); attention (4 query heads, 1 KV head, head dim 256) against
-F.scaled_dot_product_attention on equal-length causal sequences; the fused norms and
-RoPE (token rows per program, warps) at pass sizes from 128 to 8192 tokens, beside
-gelu*up's kernel as a yardstick of bytes moved; dequantize (the weights of passes past
-1024 rows, for cuBLAS) per weight, in GB/s. Tiles compile in parallel processes first.
-Loads the kernels from this checkout; no network.
+best tile with it in the epilogue, against the built-in path); attention (4 query heads,
+1 KV head, head dim 256) against F.scaled_dot_product_attention on equal-length causal
+sequences; the fused norms and RoPE (token rows per program, warps) at pass sizes from
+128 to 8192 tokens, beside gelu*up's kernel as a yardstick of bytes moved; dequantize
+(the weights of passes past 1024 rows) per weight, in GB/s; dense: the matmuls of
+passes past 1024 rows on the dequantized weight, cuBLAS against the Triton kernel's
+tiles (gate_up also with gelu*up: cuBLAS then a gelu kernel, against the epilogue).
+Tiles compile in parallel processes first. Loads the kernels from this checkout; no
+network.
 """
 
 from __future__ import annotations
