@@ -11,6 +11,8 @@ hold two layers' worth, in the activation dtype.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from decider.kernels.qmatmul import QWeight
@@ -29,19 +31,26 @@ class DenseWeights:
         self._buffers: list[dict[str, torch.Tensor]] = []
         self._stream: torch.cuda.Stream | None = None
 
-    def active(self, rows: int, device: torch.device) -> bool:
-        """Whether a pass of `rows` rows on `device` takes the dense path anywhere."""
+    def wanted(self, rows: int, device: torch.device) -> list[dict[str, QWeight]]:
+        """Per layer, the packed weights a pass of `rows` rows on `device` multiplies
+        dequantized (kernels/qmatmul_triton.py's `takes_dense`), by linear name."""
         if device.type != "cuda":
-            return False
+            return [{} for _ in self._weights]
         from decider.kernels.qmatmul_triton import takes_dense  # Triton only where it runs
 
-        return any(takes_dense(rows, w, self.dtype) for ws in self._weights for w in ws.values())
+        return [{name: w for name, w in ws.items() if takes_dense(rows, w, self.dtype)}
+                for ws in self._weights]
 
-    def layers(self, rows: int):
+    def layers(self, rows: int, device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
         """Per layer in order, {linear name: its dense weight} for those that take the
-        dense path at `rows` rows, ready on the current stream when yielded. The caller
-        must run the layer's work on the current stream before taking the next."""
-        from decider.kernels.qmatmul_triton import dequantize_triton, takes_dense
+        dense path at `rows` rows (none: empty), ready on the current stream when
+        yielded. The caller must run the layer's work on the current stream before taking
+        the next."""
+        wanted = self.wanted(rows, device)
+        return self._ahead(wanted) if any(wanted) else iter(wanted)
+
+    def _ahead(self, wanted: list[dict[str, QWeight]]) -> Iterator[dict[str, torch.Tensor]]:
+        from decider.kernels.qmatmul_triton import dequantize_triton
 
         main = torch.cuda.current_stream()
         if self._stream is None:
@@ -51,8 +60,6 @@ class DenseWeights:
             self._buffers = [{name: torch.empty(shape, dtype=self.dtype, device=main.device)
                               for name, shape in shapes.items()} for _ in range(2)]
         side = self._stream
-        wanted = [{name: w for name, w in ws.items() if takes_dense(rows, w, self.dtype)}
-                  for ws in self._weights]
 
         def fill(i: int) -> torch.cuda.Event:
             """Layer i's copies into set i % 2 on the side stream, once the main stream

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 import torch
@@ -277,8 +276,7 @@ class Gemma3(nn.Module):
         x = (x * self.embed_scale).float()
         h = rms_norm(x, self.blocks[0].attn_norm, self.cfg.eps, self.dtype)
         rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
-        t = len(ids)
-        dense = self.dense.layers(t) if self.dense.active(t, ids.device) else repeat({})
+        dense = self.dense.layers(len(ids), ids.device)
         for i, (block, weights) in enumerate(zip(self.blocks, dense)):
             norm_next = self.blocks[i + 1].attn_norm if i + 1 < len(self.blocks) else self.norm
             x, h = block(x, h, norm_next, meta, rope[block.sliding], cache, write, weights)

@@ -375,9 +375,9 @@ def _launch(x, w: QWeight | torch.Tensor, y, z, blocks: Blocks, lse: bool = Fals
     m, k = x.shape
     n = w.shape[0]
     codes, scale, offset = _operands(w)
-    dense = isinstance(w, torch.Tensor)
-    bits, group = (16, blocks[2]) if dense else (w.bits, w.group)
     bm, bn, bk, warps, stages, split = blocks
+    dense = isinstance(w, torch.Tensor)
+    bits, group = (16, bk) if dense else (w.bits, w.group)  # dense: no groups to straddle
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
     _check_k_tile(k, bk, group, split)
     if split > 1:
