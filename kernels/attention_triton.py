@@ -8,6 +8,14 @@ a packed pass costs each block only its own sequence (and, in a sliding layer, i
 window); the (lo, end) test does the rest, on the key blocks that some row of the block
 does not see whole (the diagonal, a window's edge, another branch). A cached prefix,
 when given, is read first, straight from the cache's slots.
+
+A long causal sequence gives its last query blocks many more keys than its first ones.
+A full-attention launch may split a block's keys over up to SPLITS programs (never
+fewer than MIN_PER key blocks each): each writes its partial (max, sum, output) to a
+workspace and counts itself in; the last to arrive combines the parts in a fixed order
+(the result does not depend on which came last) and resets the count. Programs start
+with the last query blocks, the longest of a causal sequence, so that the short ones
+fill in behind them.
 """
 
 from __future__ import annotations
@@ -17,6 +25,10 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+MAX_BLOCKS = 1 << 14  # query blocks (times KV heads) of one split launch: its arrival counts
+# arrival counts, one set per device: split launches on a device must not overlap, which
+# holds while they go to its default stream (the engines' passes and graph replays do)
+_counts: dict[torch.device, torch.Tensor] = {}
 
 
 @triton.jit
@@ -48,30 +60,42 @@ def _fold(s, v, m_i, l_i, acc, IEEE: tl.constexpr):
 @triton.jit
 def _attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lo_ptr, end_ptr,
-    ck_ptr, cv_ptr, cpos_ptr, qpos_ptr,
-    T, S, qk_scale, window,
+    ck_ptr, cv_ptr, cpos_ptr, qpos_ptr, work_ptr, count_ptr,
+    T, S, qk_scale, window, BLOCKS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
     stride_ckt, stride_ckh, stride_cvt, stride_cvh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_CACHE: tl.constexpr,
     HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    SPLITS: tl.constexpr, MIN_PER: tl.constexpr,
 ):
-    pid_m, kv_head = tl.program_id(0), tl.program_id(1)
+    kv_head = tl.program_id(1)
+    pid_m = BLOCKS - 1 - tl.program_id(0) // SPLITS  # the last (longest) blocks first
+    part = tl.program_id(0) % SPLITS
     r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows: (token, query head of the group)
     rm = r // GROUP
     head = kv_head * GROUP + r % GROUP
     rd = tl.arange(0, BLOCK_D)
     m_ok = rm < T
     d_ok = rd < HEAD_DIM
-    q = tl.load(q_ptr + rm[:, None] * stride_qt + head[:, None] * stride_qh + rd[None, :],
-                mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # [BM, BD]
     lo = tl.load(lo_ptr + rm, mask=m_ok, other=T)
+    first = (tl.min(lo, 0) // BLOCK_N) * BLOCK_N
+    last = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // GROUP + 1, T)
+    # this program's share of the block's key blocks: none past the block's parts
+    per = tl.maximum(tl.cdiv(tl.cdiv(last - first, BLOCK_N), SPLITS), MIN_PER) * BLOCK_N
+    parts = tl.cdiv(last - first, per)
+    keys_lo = first + part * per
+    keys_hi = tl.minimum(keys_lo + per, last)
+    busy = part < parts
+    q_ok = rm < tl.where(busy, T, 0)  # an idle program loads nothing
+    q = tl.load(q_ptr + rm[:, None] * stride_qt + head[:, None] * stride_qh + rd[None, :],
+                mask=q_ok[:, None] & d_ok[None, :], other=0.0)  # [BM, BD]
 
     # a finite floor: rows that see no key of a block stay at exp2(-inf - floor) = 0
     m_i = tl.full((BLOCK_M,), -1.0e30, tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    if HAS_CACHE:  # the cached prefix of the pass's one sequence: before every query
+    if HAS_CACHE:  # the cached prefix of the pass's one sequence (SPLITS 1): first
         q_pos = tl.load(qpos_ptr + rm, mask=m_ok, other=0)
         for n0 in range(0, S, BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
@@ -87,11 +111,9 @@ def _attention_kernel(
                         mask=kv_mask, other=0.0)
             s = tl.where(ok, _scores(q, k, IEEE) * qk_scale, float("-inf"))
             m_i, l_i, acc = _fold(s, v, m_i, l_i, acc, IEEE)
-    first = (tl.min(lo, 0) // BLOCK_N) * BLOCK_N
-    last = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // GROUP + 1, T)
     first_row = pid_m * BLOCK_M // GROUP
     lo_max = tl.max(lo, 0)  # T where the block has padding rows: every key block masked
-    for n0 in range(first, last, BLOCK_N):
+    for n0 in range(keys_lo, keys_hi, BLOCK_N):
         rn = n0 + tl.arange(0, BLOCK_N)
         n_ok = rn < T
         kv_mask = n_ok[:, None] & d_ok[None, :]
@@ -109,22 +131,61 @@ def _attention_kernel(
                 & (rm[:, None] < end[None, :])
             s = tl.where(ok, s, float("-inf"))
         m_i, l_i, acc = _fold(s, v, m_i, l_i, acc, IEEE)
-    # every query sees itself; padding rows divide by 1
-    out = acc / tl.where(m_ok, l_i, 1.0)[:, None]
-    tl.store(o_ptr + rm[:, None] * stride_ot + head[:, None] * stride_oh + rd[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    o_ptrs = o_ptr + rm[:, None] * stride_ot + head[:, None] * stride_oh + rd[None, :]
+    o_mask = m_ok[:, None] & d_ok[None, :]
+    if parts == 1:
+        if part == 0:  # every query sees itself; padding rows divide by 1
+            out = acc / tl.where(m_ok, l_i, 1.0)[:, None]
+            tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=o_mask)
+    elif busy:
+        # the workspace: outputs [blocks, SPLITS, BM, BD], then (max, sum) [.., 2, BM]
+        stat_ptr = work_ptr + tl.num_programs(1) * BLOCKS * SPLITS * BLOCK_M * BLOCK_D
+        rr = tl.arange(0, BLOCK_M)
+        block = kv_head * BLOCKS + pid_m
+        slot = (block * SPLITS + part).to(tl.int64)
+        tl.store(work_ptr + (slot * BLOCK_M + rr[:, None]) * BLOCK_D + rd[None, :], acc)
+        tl.store(stat_ptr + slot * 2 * BLOCK_M + rr, m_i)
+        tl.store(stat_ptr + slot * 2 * BLOCK_M + BLOCK_M + rr, l_i)
+        tl.debug_barrier()  # every thread's part is written before the count says so
+        if tl.atomic_add(count_ptr + block, 1, sem="acq_rel", scope="gpu") == parts - 1:
+            out = _combine(work_ptr, stat_ptr, block.to(tl.int64) * SPLITS, parts, rr, rd,
+                           BLOCK_M, BLOCK_D)
+            tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=o_mask)
+            tl.store(count_ptr + block, 0)
+
+
+@triton.jit
+def _combine(part_ptr, stat_ptr, slot0, parts, rr, rd, BLOCK_M: tl.constexpr,
+             BLOCK_D: tl.constexpr):
+    """The output [BM, BD] of a query block from its parts' (max, sum, output), in part
+    order. Padding rows' sums are 0 in every part: they divide by 1."""
+    m_all = tl.full((BLOCK_M,), -1.0e30, tl.float32)
+    for p in range(0, parts):
+        m_all = tl.maximum(m_all, tl.load(stat_ptr + (slot0 + p) * 2 * BLOCK_M + rr,
+                                          cache_modifier=".cg"))
+    l_all = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    for p in range(0, parts):
+        stat = stat_ptr + (slot0 + p) * 2 * BLOCK_M + rr
+        f = tl.exp2(tl.load(stat, cache_modifier=".cg") - m_all)
+        l_all += f * tl.load(stat + BLOCK_M, cache_modifier=".cg")
+        acc += f[:, None] * tl.load(
+            part_ptr + ((slot0 + p) * BLOCK_M + rr[:, None]) * BLOCK_D + rd[None, :],
+            cache_modifier=".cg")
+    return acc / tl.where(l_all > 0, l_all, 1.0)[:, None]
 
 
 def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor,
                      end: torch.Tensor, scale: float, *, cache: tuple | None = None,
                      q_pos: torch.Tensor | None = None, window: int | None = None,
                      out: torch.Tensor | None = None,
-                     blocks: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+                     blocks: tuple[int, ...] | None = None) -> torch.Tensor:
     """q [T, Hq, D], k and v [T, Hkv, D] (any row and head strides, unit stride along D;
     views into one fused QKV output do), lo and end [T] int32 -> [T, Hq, D] in q.dtype.
-    cache: (k [S, Hkv, D], v, pos [S]) with q_pos [T]; window: the sliding window, which
-    only the cache test needs (lo encodes it for the pass's own keys). blocks: (BLOCK_M,
-    BLOCK_N, warps, stages) instead of the built-in choice (for tuning). Launches nothing
+    cache: (k [S, Hkv, D], v, pos [S]) with q_pos [T]; window: the sliding window (None:
+    full attention), which the kernel only needs for the cache (lo encodes it for the
+    pass's own keys). blocks: (BLOCK_M, BLOCK_N, warps, stages[, splits, min_per])
+    instead of the built-in choice (for tuning; splits need no cache). Launches nothing
     that syncs with the host, so a CUDA graph can hold it."""
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or k.shape[2] != q.shape[2] \
             or k.shape[0] != q.shape[0]:
@@ -166,30 +227,53 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         return out
     block_d = max(16, triton.next_power_of_2(d))
     rows = t * (hq // hkv)
-    block_m, block_n, warps, stages = blocks or _blocks(rows, block_d, q.dtype)
-    _attention_kernel[(triton.cdiv(rows, block_m), hkv)](
-        q, k, v, out, lo, end, ck, cv, cpos, q_pos,
-        t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0,
+    blocks = blocks or _blocks(rows, block_d, q.dtype, window is None and cache is None)
+    block_m, block_n, warps, stages = blocks[:4]
+    splits, min_per = blocks[4:] or (1, 1)
+    n_blocks = triton.cdiv(rows, block_m)
+    if splits > 1 and (cache is not None or n_blocks * hkv > MAX_BLOCKS):
+        raise ValueError(f"{splits} splits need no cache and at most {MAX_BLOCKS} query "
+                         f"blocks, got {n_blocks * hkv}")
+    # each split block's parts: outputs [splits, BM, BD] and (max, sum) [splits, 2, BM]
+    work = torch.empty(n_blocks * hkv * splits * block_m * (block_d + 2) if splits > 1 else 0,
+                       dtype=torch.float32, device=q.device)
+    count = _counts.get(q.device)
+    if count is None:  # zeros once: each split launch leaves them zero again
+        count = _counts[q.device] = torch.zeros(MAX_BLOCKS, dtype=torch.int32, device=q.device)
+    _attention_kernel[(n_blocks * splits, hkv)](
+        q, k, v, out, lo, end, ck, cv, cpos, q_pos, work, count,
+        t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0, n_blocks,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
         GROUP=hq // hkv, HEAD_DIM=d, HAS_CACHE=cache is not None,
         HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
+        SPLITS=splits, MIN_PER=min_per,
     )
     return out
 
 
-def _blocks(rows: int, block_d: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, warps, stages) for a pass of `rows` query rows, from the H200
-    sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV head, fp16):
-    16-row query blocks up to 2048 rows (512 tokens: programs enough to fill the GPU),
-    64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps against
-    64-key blocks, which read each key block for twice the queries (on one causal
+def _blocks(rows: int, block_d: int, dtype: torch.dtype, full: bool
+            ) -> tuple[int, int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps, stages, splits, min_per) for a pass of `rows` query rows,
+    from the H200 sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV
+    head, fp16): 16-row query blocks up to 2048 rows (512 tokens: programs enough to fill
+    the GPU), 64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps
+    against 64-key blocks, which read each key block for twice the queries (on one causal
     sequence of 4096-8192 tokens 16-24% less time than the best 64-row tile, 8-10% less
-    on sliding layers; docs/benchmarks.md). fp32 tiles are twice the bytes: half the
+    on sliding layers; docs/benchmarks.md). Full attention over the pass's own keys (one
+    long causal sequence: the last query blocks read every key) splits a long block's
+    keys from 2048 to 16384 rows: one causal sequence of 1000 tokens 42.5 -> 24.4 us, of
+    2000 61.2 -> 38.7, of 4000 137.8 -> 98.3. fp32 tiles are twice the bytes: half the
     keys, eight warps and two stages keep them in registers and shared memory."""
     if dtype == torch.float32 and block_d > 128:
-        return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2
-    if rows > 8192:
-        return 128, 64, 8, 2
-    return (16, 64, 4, 3) if rows <= 2048 else (64, 32, 4, 3)
+        return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2, 1, 1
+    if rows <= 2048:
+        return 16, 64, 4, 3, 1, 1
+    if full and rows <= 4096:
+        return 64, 32, 4, 3, 3, 8
+    if full and rows <= 8192:
+        return 64, 64, 4, 2, 2, 16
+    if rows <= 8192:
+        return 64, 32, 4, 3, 1, 1
+    return 128, 64, 8, 2, (2 if full and rows <= 16384 else 1), 8

@@ -162,6 +162,11 @@ MAX_TILES = 1 << 14  # output tiles of one split-K launch (its arrival counts)
 _counts: dict[torch.device, torch.Tensor] = {}
 
 
+def _built_in(x: torch.Tensor, w: QWeight) -> Blocks:
+    """The built-in tiles of x @ dequant(w).T."""
+    return _blocks(len(x), w.shape[0], w.shape[1], w.group, w.bits, x.element_size())
+
+
 def _k_tiles(k: int, group: int) -> list[int]:
     """K tiles that divide K (no K masking) and hold whole groups or lie in one."""
     fits = [b for b in (128, 64, 32, 16) if k % b == 0 and (b % group == 0 or group % b == 0)]
@@ -194,24 +199,30 @@ def _operands(w: QWeight | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, to
     return w.codes.contiguous(), scale, scale if w.offset is None else w.offset.contiguous()
 
 
-def _blocks(m: int, n: int, k: int, group: int, itemsize: int = 2) -> Blocks:
+def _blocks(m: int, n: int, k: int, group: int, bits: int, itemsize: int = 2) -> Blocks:
     """Tiles for M rows (below LARGE_M; past it cuBLAS takes over), from the H200 sweep of
     scripts/bench_kernels.py on Gemma 3 270M shapes in CUDA graphs (docs/benchmarks.md):
-    wide K tiles (few loop trips, each of which waits on memory), M tiles of half the rows
-    up to 128, narrow N tiles for few rows (programs enough to fill the GPU), and two K
-    slices from K = 2048 (unless the tiles alone are more than the split-K counts hold:
-    programs enough anyway). Past 16 rows fp32 operands (itemsize 4) take K tiles of at
-    most 64, which keeps their pipelined tiles within the shared memory."""
+    wide K tiles (few loop trips, each of which waits on memory: up to 128 bytes of codes
+    a row), M tiles of half the rows up to 128 (64 for a weight of few rows, 32 where
+    split-K already makes programs enough), narrow N tiles for few rows (programs enough
+    to fill the GPU), and two K slices from K = 2048 (unless the tiles alone are more
+    than the split-K counts hold: programs enough anyway). Past 16 rows fp32 operands
+    (itemsize 4) take K tiles of at most 64, which keeps their pipelined tiles within the
+    shared memory."""
     fits = _k_tiles(k, group)
     if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
         return 16, 64, fits[0], 4, 3, 1
     bk = fits[0] if itemsize <= 2 else _k_tile(k, group)
-    bm = min(128, max(32, triton.next_power_of_2(m) // 2))
+    bm = min(128 if n >= 1024 else 64, max(32, triton.next_power_of_2(m) // 2))
     bn = (16 if m <= 128 else 32) * (2 if n >= 4096 else 1)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     split = 2 if k >= 2048 and k % (2 * bk) == 0 and tiles <= MAX_TILES else 1
-    if itemsize <= 2 and m <= 128 and k % (256 * split) == 0 and 256 % group == 0:
-        bk = 256
+    if split > 1 and m <= 128:
+        bm = 32
+    wide = 8 * 128 // bits  # 128 bytes of codes a row
+    if itemsize <= 2 and m <= 128 and wide > bk and k % (wide * split) == 0 \
+            and wide % group == 0:
+        bk = wide
     return bm, bn, bk, 8 if bm * bn >= 128 * 64 else 4, 3, split
 
 
@@ -256,7 +267,7 @@ def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m and n:
-        _launch(x, w, out, out, blocks or _blocks(m, n, x.shape[1], w.group, x.element_size()))
+        _launch(x, w, out, out, blocks or _built_in(x, w))
     return out
 
 
@@ -276,7 +287,7 @@ def qmatmul_gelu_triton(x: torch.Tensor, w: QWeight, blocks: Blocks | None = Non
         return gelu_mul(torch.matmul(x, dense.T))
     out = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
     if m and n:
-        _launch(x, w, out, out, blocks or _blocks(m, n, x.shape[1], w.group, x.element_size()),
+        _launch(x, w, out, out, blocks or _built_in(x, w),
                 gelu=True)
     return out
 
@@ -334,13 +345,13 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
     matmul leaves a (max, sum of exp) pair per row and column block, one more kernel
     combines each row's pairs."""
     x = _activations(x, w)
-    (m, k), n = x.shape, w.shape[0]
+    m, n = len(x), w.shape[0]
     if out is None:
         out = torch.empty(m, dtype=torch.float32, device=x.device)
     if out.shape != (m,) or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError(f"out must be contiguous fp32 [{m}]")
     # one K slice: each program's (max, sum of exp) pair needs its tile's whole sums
-    blocks = _blocks(m, n, k, w.group, x.element_size())[:5] + (1,)
+    blocks = _built_in(x, w)[:5] + (1,)
     cols = triton.cdiv(n, blocks[1])
     top = torch.empty(m, cols, dtype=torch.float32, device=x.device)
     total = torch.empty_like(top)

@@ -61,12 +61,14 @@ ROWS = (64, 128, 256, 512, 1024, 2048)  # the graphs' pass sizes up to cuBLAS's
 TILES = [(bm, bn, bk, w, 3, s) for bm, bn, bk, w, s in itertools.product(
     (32, 64, 128), (16, 32, 64, 128), (64, 128, 256), (4, 8), (1, 2, 4, 5, 8, 16))
     if bm * bk <= 128 * 128 and bn * bk <= 128 * 128 and (w == 4 or bm * bn >= 64 * 64)]
-# attention: BLOCK_M, BLOCK_N, warps, stages
+# attention: BLOCK_M, BLOCK_N, warps, stages; for full attention also with a long block's
+# keys split over programs (splits, min key blocks each)
 ATT_TILES = list(itertools.product((16, 32, 64, 128), (16, 32, 64), (4, 8), (1, 2, 3)))
+ATT_SPLIT_TILES = [t + s for t in ATT_TILES if t[3] > 1 for s in ((2, 8), (2, 16), (3, 8))]
 # (sequences, each): the three tile bands (16-row blocks up to 512 tokens, 64 rows up
 # to 2048, 128 past it) and the batch's packed sequences
-TOKENS = {"128": (1, 128), "512": (1, 512), "2048": (1, 2048), "8192": (1, 8192),
-          "128x256": (128, 256)}
+TOKENS = {"128": (1, 128), "512": (1, 512), "1024": (1, 1024), "2048": (1, 2048),
+          "4096": (1, 4096), "8192": (1, 8192), "128x256": (128, 256)}
 # fused norms and RoPE: token rows per program, warps; pass sizes
 FUSED_TILES = list(itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)))
 FUSED_TOKENS = (128, 512, 2048, 8192)
@@ -154,7 +156,7 @@ def precompile(parts: list[str], workers: int = 12) -> None:
     forms = {(k, bits, group): name for name, (k, n, (bits, group)) in LINEARS.items()}
     jobs = [("qmatmul", name, t) for (k, bits, group), name in forms.items()
             for t in TILES if "qmatmul" in parts and fits(t, 1024, k, group)]
-    jobs += [("attention", "", t) for t in ATT_TILES if "attention" in parts]
+    jobs += [("attention", "", t) for t in ATT_TILES + ATT_SPLIT_TILES if "attention" in parts]
     jobs += [("fused", name, t) for t in FUSED_TILES for name in ("add_rms_norm", "qk_norm_rope")
              if "fused" in parts]
     jobs += [("dequantize", name, t) for name in forms.values() for t in DEQ_TILES
@@ -222,16 +224,17 @@ def bench_attention() -> None:
         for window in (None, WINDOW):
             lo = start if window is None else torch.maximum(start, i - window + 1)
 
-            def timed(tile, lo=lo):
+            def timed(tile, lo=lo, window=window):
                 try:
                     return graph_ms([lambda: att.attention_triton(
-                        q, k, v, lo, end, scale, out=out, blocks=tile)] * 20) * 1e3
+                        q, k, v, lo, end, scale, window=window, out=out, blocks=tile)] * 20) * 1e3
                 except Exception:  # noqa: BLE001 - does not fit the chip
                     return float("inf")
 
-            builtin = graph_ms([lambda lo=lo: att.attention_triton(
-                q, k, v, lo, end, scale, out=out)] * 20) * 1e3
-            ranked = sorted((timed(b), b) for b in ATT_TILES)
+            builtin = graph_ms([lambda lo=lo, window=window: att.attention_triton(
+                q, k, v, lo, end, scale, window=window, out=out)] * 20) * 1e3
+            tiles = ATT_TILES + (ATT_SPLIT_TILES if window is None else [])
+            ranked = sorted((timed(b), b) for b in tiles)
             best = "  ".join(f"{b} {us:.1f}" for us, b in ranked[:3])
             print(f"{label:>8} window {str(window):4}: built-in {builtin:.1f}, best "
                   f"{ranked[0][0]:.1f}, SDPA causal {sdpa:.1f}  {best}", flush=True)

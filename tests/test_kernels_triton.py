@@ -30,6 +30,7 @@ from trees import draw, forest_inputs  # noqa: E402
 from decider.kernels import fused, fused_triton  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
+from decider.kernels import attention_triton as attn_triton  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
 from decider.kernels import qmatmul_triton as qmt  # noqa: E402
 from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton  # noqa: E402
@@ -116,9 +117,9 @@ def test_tile_choice_launches_on_every_gemma3_shape(hidden, q, kv, ffn):
     that divide K and its slices, whole groups, split-K only within its counts)."""
     linears = {"qkv": (hidden, q + 2 * kv), "o": (q, hidden), "gate_up": (hidden, 2 * ffn),
                "down": (ffn, hidden)}
-    for (k, n), group in itertools.product(linears.values(), (16, 32, 128)):
+    for (k, n), group, bits in itertools.product(linears.values(), (16, 32, 128), (4, 8)):
         for m, itemsize in itertools.product([1, 16, 17, 64, 128, 1024, 8192], (2, 4)):
-            bm, bn, bk, _, _, split = qmt._blocks(m, n, k, group, itemsize)
+            bm, bn, bk, _, _, split = qmt._blocks(m, n, k, group, bits, itemsize)
             assert k % (split * bk) == 0 and (bk % group == 0 or group % bk == 0)
             assert split == 1 or triton.cdiv(m, bm) * triton.cdiv(n, bn) <= qmt.MAX_TILES
 
@@ -218,6 +219,32 @@ def test_attention_as_the_scores_grow_along_the_keys(case):
     k *= torch.linspace(0.1, 8.0, len(k))[:, None, None] ** 2
     close(attention_triton(*args, d ** -0.5, blocks=blocks, **kwargs),
           attend(*args, d ** -0.5, **kwargs))
+
+
+# (sizes, branchy, Hq, Hkv, blocks with splits): a long chain's last query blocks read
+# every key, so their keys go to several programs; short trees beside it stay whole
+SPLIT_KEYS = {
+    "chain-two-parts": ([150], False, 4, 1, (16, 16, 4, 1, 2, 1)),
+    "chain-three-parts-min-two": ([150], False, 4, 1, (16, 16, 4, 1, 3, 2)),
+    "trees-four-parts-gqa2": ([97, 5, 40], True, 4, 2, (32, 16, 4, 1, 4, 1)),
+    "short-trees-never-split": ([20, 9, 30], True, 2, 1, (16, 16, 4, 1, 4, 8)),
+}
+
+
+@pytest.mark.parametrize("case", SPLIT_KEYS)
+def test_attention_splits_long_blocks_keys_over_programs(case):
+    sizes, branchy, hq, hkv, blocks = SPLIT_KEYS[case]
+    args, kwargs = forest_inputs([n + draw(0, 3) for n in sizes], branchy, hq, hkv, 32, None)
+    got = attention_triton(*args, 0.2, blocks=blocks, **kwargs)
+    close(got, attend(*args, 0.2, **kwargs))
+    assert torch.equal(attention_triton(*args, 0.2, blocks=blocks, **kwargs), got)
+    assert not attn_triton._counts[got.device].any()  # left at zero for the next launch
+
+
+def test_attention_refuses_splits_with_a_cache():
+    args, kwargs = forest_inputs([8], False, 2, 1, 32, None, 4)
+    with pytest.raises(ValueError, match="splits need no cache"):
+        attention_triton(*args, 0.2, blocks=(16, 16, 4, 1, 2, 1), **kwargs)
 
 
 def test_attention_refuses_heads_that_do_not_group():

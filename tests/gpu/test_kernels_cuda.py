@@ -110,7 +110,9 @@ def test_qmatmul_full_vocabulary_head_and_label_rows(m):
 
 ATTENTION = {  # Gemma 3 270M/1B: 4 query heads, 1 KV head, head dim 256, window 512
     # (tree sizes, branchy, window, cached positions)
-    "one-2048": ([2048], False, None, 0),
+    "one-2048": ([2048], False, None, 0),  # full layers split long blocks' keys from 2048 rows
+    "one-1000": ([1000], False, None, 0),
+    "one-4000": ([4000], False, None, 0),
     "one-2048-window512": ([2048], False, 512, 0),
     "packed-window512": ([1, 100, 700, 1500, 256], False, 512, 0),
     "packed-causal": ([1, 100, 700, 1500, 256], False, None, 0),
