@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from decider.kernels.attention import attend
-from decider.kernels.fused import add_rms_norm, gelu_mul, qk_norm_rope_, rms_norm, rope_tables
-from decider.kernels.qmatmul import QWeight, embed, qmatmul, qmatmul_gelu, qmatmul_logsumexp
+from decider.kernels.fused import add_rms_norm, gelu_mul, qk_norm_rope_, rope_tables
+from decider.kernels.qmatmul import (QWeight, embed_rms_norm, qmatmul, qmatmul_gelu,
+                                     qmatmul_logsumexp)
 
 from . import DTYPES
 from .dense_weights import DenseWeights
@@ -269,12 +270,8 @@ class Gemma3(nn.Module):
         """meta int32 [5, T] (passes.py: ids, pos, lo_full, lo_slide, end) -> final-normed
         hidden states [T, hidden]. No host sync: a CUDA graph can hold it (cache None)."""
         ids = meta[IDS]
-        if isinstance(self.embedding, QWeight):
-            x = embed(self.embedding, ids, self.dtype)
-        else:
-            x = self.embedding[ids]
-        x = (x * self.embed_scale).float()
-        h = rms_norm(x, self.blocks[0].attn_norm, self.cfg.eps, self.dtype)
+        x, h = embed_rms_norm(self.embedding, ids, self.embed_scale, self.blocks[0].attn_norm,
+                              self.cfg.eps)
         rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
         dense = self.dense.layers(len(ids), ids.device)
         for i, (block, weights) in enumerate(zip(self.blocks, dense)):

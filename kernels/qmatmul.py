@@ -114,3 +114,20 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
 def embed(w: QWeight, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Rows `ids` [T] of the dequantized weight -> [T, K] (an embedding lookup)."""
     return dequantize(w.rows(ids), dtype)
+
+
+def embed_rms_norm(w: QWeight | torch.Tensor, ids: torch.Tensor, scale: torch.Tensor,
+                   norm: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A model's first step: rows `ids` [T] of the embedding (packed, or dense in scale's
+    dtype) rounded to the activation dtype (scale's), times the scalar `scale`, rounded
+    again, as fp32 x [T, K] (the residual stream), and h = rms_norm(x) * norm in the
+    activation dtype. On CUDA one kernel (eager torch takes about nine)."""
+    if dispatch.triton(ids):
+        from .qmatmul_triton import embed_rms_norm_triton
+
+        return embed_rms_norm_triton(w, ids, scale, norm, eps)
+    from .fused import rms_norm
+
+    rows = embed(w, ids, scale.dtype) if isinstance(w, QWeight) else w[ids]
+    x = (rows * scale).float()
+    return x, rms_norm(x, norm, eps, scale.dtype)

@@ -154,6 +154,50 @@ def _dequantize_kernel(codes_ptr, scale_ptr, offset_ptr, w_ptr, N, stride_cn, st
              mask=n_ok[:, None])
 
 
+@triton.jit
+def _embed_tile(codes_ptr, scale_ptr, offset_ptr, ids, k0, stride_cn, stride_sn, s,
+                BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr,
+                ROWS: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr):
+    """fp32 [ROWS, BK] of embedding rows ids: each value rounded to DTYPE, times s, rounded
+    again (Gemma's scaled embedding, as the activation dtype computes it)."""
+    if BITS == 16:  # a dense embedding, already in DTYPE
+        k = k0 + tl.arange(0, BLOCK_K)
+        w = tl.load(codes_ptr + ids[:, None] * stride_cn + k[None, :]).to(tl.float32)
+    else:
+        w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, ids, k0, stride_cn, stride_sn,
+                         BITS, GROUP, HAS_OFFSET, ROWS, BLOCK_K).to(DTYPE).to(tl.float32)
+    return (w * s).to(DTYPE).to(tl.float32)
+
+
+@triton.jit
+def _embed_rms_norm_kernel(codes_ptr, scale_ptr, offset_ptr, ids_ptr, s_ptr, norm_ptr, x_ptr,
+                           h_ptr, T, K, stride_cn, stride_sn, eps, BITS: tl.constexpr,
+                           GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, ROWS: tl.constexpr,
+                           BLOCK_K: tl.constexpr):
+    """x = the scaled embedding rows of ids (fp32), h = x / rms(x) * norm (in h's dtype):
+    a pass over K that writes x and sums its squares, then one that writes h (the tiles
+    made again from the codes, which the first pass left in the cache)."""
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    r_ok = (r < T)[:, None]
+    ids = tl.load(ids_ptr + r, mask=r < T, other=0).to(tl.int64)
+    s = tl.load(s_ptr).to(tl.float32)
+    dtype = h_ptr.dtype.element_ty
+    squares = tl.zeros((ROWS,), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = _embed_tile(codes_ptr, scale_ptr, offset_ptr, ids, k0, stride_cn, stride_sn, s,
+                        BITS, GROUP, HAS_OFFSET, ROWS, BLOCK_K, dtype)
+        k = k0 + tl.arange(0, BLOCK_K)
+        tl.store(x_ptr + r[:, None] * K + k[None, :], x, mask=r_ok)
+        squares += tl.sum(x * x, 1)
+    inv = tl.rsqrt(squares / K + eps)[:, None]
+    for k0 in range(0, K, BLOCK_K):
+        x = _embed_tile(codes_ptr, scale_ptr, offset_ptr, ids, k0, stride_cn, stride_sn, s,
+                        BITS, GROUP, HAS_OFFSET, ROWS, BLOCK_K, dtype)
+        k = k0 + tl.arange(0, BLOCK_K)
+        h = x * inv * tl.load(norm_ptr + k)[None, :]
+        tl.store(h_ptr + r[:, None] * K + k[None, :], h.to(dtype), mask=r_ok)
+
+
 Blocks = tuple[int, int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
 DENSE_BLOCKS = (128, 256, 64, 8, 3, 1)  # the H200 sweep's best with gelu from 1024 rows
 MAX_TILES = 1 << 14  # output tiles of one split-K launch (its arrival counts)
@@ -246,6 +290,34 @@ def dequantize_triton(w: QWeight, dtype: torch.dtype,
         BITS=w.bits, GROUP=w.group, HAS_OFFSET=w.offset is not None, BLOCK_N=bn, BLOCK_K=bk,
         num_warps=warps)
     return out
+
+
+def embed_rms_norm_triton(w: QWeight | torch.Tensor, ids: torch.Tensor, scale: torch.Tensor,
+                          norm: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """qmatmul.embed_rms_norm in one kernel: ids int32 [T] -> (x fp32 [T, K], h [T, K] in
+    scale's dtype)."""
+    k = w.shape[1]
+    dtype = scale.dtype
+    if ids.dim() != 1 or ids.dtype != torch.int32 or scale.shape != () \
+            or norm.shape != (k,) or norm.dtype != torch.float32 or not norm.is_contiguous():
+        raise ValueError(f"ids must be int32 [T], scale a scalar, norm contiguous fp32 [{k}]")
+    dense = isinstance(w, torch.Tensor)
+    if dense and w.dtype != dtype:
+        raise ValueError(f"a dense embedding must be in scale's dtype {dtype}, got {w.dtype}")
+    codes, scales, offset = _operands(w)
+    bits, group = (16, 1) if dense else (w.bits, w.group)
+    bk = _k_tiles(k, group)[0]
+    t = len(ids)
+    x = torch.empty(t, k, dtype=torch.float32, device=ids.device)
+    h = torch.empty(t, k, dtype=dtype, device=ids.device)
+    rows, warps = (1, 2) if t <= 256 else (4, 4)
+    if t:
+        _embed_rms_norm_kernel[(triton.cdiv(t, rows),)](
+            codes, scales, offset, ids, scale, norm, x, h, t, k, codes.stride(0),
+            scales.stride(0), eps, BITS=bits, GROUP=bk if dense else group,
+            HAS_OFFSET=not dense and w.offset is not None, ROWS=rows, BLOCK_K=bk,
+            num_warps=warps)
+    return x, h
 
 
 def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,

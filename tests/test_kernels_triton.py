@@ -124,6 +124,30 @@ def test_tile_choice_launches_on_every_gemma3_shape(hidden, q, kv, ffn):
             assert split == 1 or triton.cdiv(m, bm) * triton.cdiv(n, bn) <= qmt.MAX_TILES
 
 
+# (embedding, activation dtype, tokens): packed 4-bit with offsets and 8-bit codes, a
+# dense table; one token a program up to 256 tokens, four past them (no bf16: the
+# interpreter does not round to it as the GPU does; tests/gpu checks it)
+EMBEDDINGS = {"4bit-g32-fp32": ("q4", torch.float32, 5),
+              "8bit-g16-fp16": ("q8", torch.float16, 300),
+              "dense-fp16": ("dense", torch.float16, 7), "4bit-g32-fp16": ("q4", torch.float16, 1)}
+
+
+@pytest.mark.parametrize("case", EMBEDDINGS)
+def test_embed_rms_norm_matches_the_reference(case):
+    kind, dtype, t = EMBEDDINGS[case]
+    w = {"q4": lambda: random_qweight(50, 96, 4, 32),
+         "q8": lambda: random_qweight(50, 96, 8, 16),
+         "dense": lambda: torch.randn(50, 96).to(dtype)}[kind]()
+    ids = torch.randint(0, 50, (t,), dtype=torch.int32)
+    scale, norm = torch.tensor(96 ** 0.5, dtype=dtype), torch.rand(96) + 0.5
+    x, h = qmt.embed_rms_norm_triton(w, ids, scale, norm, 1e-6)
+    want_x, want_h = qm.embed_rms_norm(w, ids, scale, norm, 1e-6)  # CPU tensors: torch
+    assert x.dtype == torch.float32 and h.dtype == dtype
+    assert torch.equal(x, want_x)  # the same two roundings to the activation dtype
+    torch.testing.assert_close(h.float(), want_h.float(), rtol=1e-2 if dtype != torch.float32
+                               else 1e-5, atol=1e-5)
+
+
 def test_qmatmul_reads_strided_rows_and_row_subsets():
     w = random_qweight(90, 128, 4, 32)
     x = torch.randn(7, 200)[:, 40:168]  # row stride 200

@@ -96,6 +96,19 @@ def test_qmatmul_split_k_is_deterministic_and_leaves_the_counts_zero(tiles):
     assert not qmt._counts[x.device].any()
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("tokens", [1, 120, 2000])
+@pytest.mark.parametrize("quant", ["q4-g32", "q8-g32"])
+def test_embed_rms_norm_on_gemma3_shapes(quant, tokens, dtype):
+    w = random_qweight(8192, 640, *QUANTS[quant])
+    ids = torch.randint(0, 8192, (tokens,), device=DEV, dtype=torch.int32)
+    scale, norm = torch.tensor(640 ** 0.5, dtype=dtype, device=DEV), torch.rand(640, device=DEV)
+    x, h = qm.embed_rms_norm(w, ids, scale, norm, 1e-6)
+    want_x, want_h = qm.embed_rms_norm(w.to("cpu"), ids.cpu(), scale.cpu(), norm.cpu(), 1e-6)
+    assert torch.equal(x.cpu(), want_x)  # the same roundings to the activation dtype
+    close(h, want_h.float())
+
+
 @pytest.mark.parametrize("m", [1, 16])
 def test_qmatmul_full_vocabulary_head_and_label_rows(m):
     w = random_qweight(262144, 640, 8, 32)
