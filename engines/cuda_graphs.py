@@ -9,9 +9,9 @@ pool (captured largest first), since they never run at the same time.
 
 A call of one pass with few answer rows and label rows (a handful of questions about one
 text, the latency case) also runs its head from a graph: the hidden states at up to
-HEAD_ROWS rows, the logits of up to HEAD_LABELS label rows there, the full-vocabulary
-logsumexp at each, and the values the call reads picked out of them. The pass's
-metadata and the head's indices go up in one copy; the host launches three things.
+HEAD_ROWS rows, the logits of up to HEAD_LABELS label rows there and the
+full-vocabulary logsumexp at each, into one buffer the host reads back whole and picks
+its values from. The pass's metadata and the head's indices go up in one copy.
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ class GraphRunner:
     def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device) -> None:
         top = min(max_tokens, LARGEST)
         self.sizes = [SMALLEST << i for i in range(max(top // SMALLEST, 1).bit_length())]
-        # per size, int32: meta [5, n], then the head's rows, label rows and picks
-        self._host = {n: torch.zeros(5 * n + HEAD_ROWS + HEAD_LABELS + HEAD_VALUES,
-                                     dtype=torch.int32, pin_memory=True) for n in self.sizes}
+        # per size, int32: meta [5, n], then the head's rows and label rows
+        self._host = {n: torch.zeros(5 * n + HEAD_ROWS + HEAD_LABELS, dtype=torch.int32,
+                                     pin_memory=True) for n in self.sizes}
         self._inputs: dict[int, torch.Tensor] = {}
         self._out: dict[int, torch.Tensor] = {}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._heads: dict[int, torch.cuda.CUDAGraph] = {}
-        self.values = torch.zeros(HEAD_VALUES, device=device)  # what the head graphs pick
+        # what the head graphs write: logits [HEAD_ROWS, HEAD_LABELS], then logsumexps
+        self.values = torch.zeros(HEAD_VALUES, device=device)
         free_before = torch.cuda.mem_get_info(device)[0]
         pool = None
         for n in reversed(self.sizes):
@@ -74,16 +75,15 @@ class GraphRunner:
         self._graphs[n].replay()
         return self._out[n]
 
-    def run_with_head(self, p: Pass, labels: list[int], picks: list[int]) -> None:
+    def run_with_head(self, p: Pass, labels: list[int]) -> None:
         """One pass and its head into `values`: at the pass's rows (at most HEAD_ROWS),
-        label rows `labels` (at most HEAD_LABELS); picks index the head's [HEAD_ROWS,
-        HEAD_LABELS] logits, then its HEAD_ROWS logsumexps. The pinned buffer is free:
-        every call ends reading its values back."""
+        label rows `labels` (at most HEAD_LABELS). The pinned buffer is free: every call
+        ends reading its values back."""
         n = self.bucket(p.tokens)
         host = self._host[n].numpy()
         p.meta(n, out=host[:5 * n].reshape(5, n))
         at = 5 * n
-        for values, room in ((p.rows, HEAD_ROWS), (labels, HEAD_LABELS), (picks, HEAD_VALUES)):
+        for values, room in ((p.rows, HEAD_ROWS), (labels, HEAD_LABELS)):
             host[at:at + len(values)] = values
             host[at + len(values):at + room] = 0
             at += room
@@ -93,14 +93,14 @@ class GraphRunner:
 
     @staticmethod
     def _split(inputs: torch.Tensor, n: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        meta, rows, labels, picks = inputs.split([5 * n, HEAD_ROWS, HEAD_LABELS, HEAD_VALUES])
-        return meta.view(5, n), (rows, labels, picks)
+        meta, rows, labels = inputs.split([5 * n, HEAD_ROWS, HEAD_LABELS])
+        return meta.view(5, n), (rows, labels)
 
 
 def _head(model: torch.nn.Module, h: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,
-          picks: torch.Tensor, out: torch.Tensor) -> None:
-    """out[i] = the picks[i]-th of (label-row logits at h's rows, then their logsumexps)."""
-    at = h.index_select(0, rows)  # [HEAD_ROWS, hidden]
-    values = torch.cat([model.head(at, labels).view(-1), model.logsumexp(at)])
-    torch.index_select(values, 0, picks, out=out)
-
+          out: torch.Tensor) -> None:
+    """out: the logits [HEAD_ROWS, HEAD_LABELS] of label rows `labels` at h's `rows`, then
+    the logsumexp at each of those rows."""
+    at = h[rows]  # [HEAD_ROWS, hidden]
+    model.head(at, labels, out=out[:HEAD_ROWS * HEAD_LABELS].view(HEAD_ROWS, HEAD_LABELS))
+    model.logsumexp(at, out=out[HEAD_ROWS * HEAD_LABELS:])

@@ -279,14 +279,18 @@ class Gemma3(nn.Module):
             x, h = block(x, h, norm_next, meta, rope[block.sliding], cache, write, weights)
         return h
 
-    def head(self, h: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """h [A, hidden] -> fp32 logits [A, len(rows)] of the tied output head (all rows:
-        None); h stays in the activation dtype, the products accumulate in fp32."""
+    def head(self, h: torch.Tensor, rows: torch.Tensor | None = None,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+        """h [A, hidden] -> fp32 logits [A, len(rows)] of the tied output head (rows: int32,
+        None for all), into `out` when given; h stays in the activation dtype, the products
+        accumulate in fp32."""
         w = self.embedding
+        n = w.shape[0] if rows is None else len(rows)
+        if out is None:
+            out = torch.empty(len(h), n, device=h.device)
         if isinstance(w, QWeight):
-            w = w if rows is None else w.rows(rows)
-            return qmatmul(h, w, torch.empty(len(h), w.shape[0], device=h.device))
-        return (h.float() @ (w if rows is None else w[rows]).float().T)
+            return qmatmul(h, w, out, rows=rows)
+        return torch.matmul(h.float(), (w if rows is None else w[rows]).float().T, out=out)
 
     def logsumexp(self, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """h [A, hidden] -> fp32 [A] (into `out` when given): logsumexp of the

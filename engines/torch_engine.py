@@ -101,19 +101,21 @@ class TorchEngine:
             kind = begin_pass("torch")
             layout = plan(list(jobs), self._n_batch, self.model.cfg.window)
             try:
-                n = layout.n_logits + layout.n_lse
                 head = self._graph_head(layout)
-                out = self._graphs.values if head else self._buffer(n)
+                # the head graph's whole buffer, which the call picks from; else its own
+                out = self._graphs.values if head else \
+                    self._buffer(layout.n_logits + layout.n_lse)
                 with torch.inference_mode():  # the graphs' buffers are inference tensors
                     if kind != "stale-logits":  # poison what this call reads
-                        out[:n].fill_(SENTINEL)
+                        out.fill_(SENTINEL)
                     if kind == "zero-logits":  # as from a freshly allocated buffer
-                        out[:n].zero_()
+                        out.zero_()
                     elif kind is None and head:
-                        self._graphs.run_with_head(layout.passes[0], *head)
+                        self._graphs.run_with_head(layout.passes[0], head[0])
                     elif kind is None:
                         self._run(layout)
-                values = out[:n].cpu().numpy()
+                values = out.cpu().numpy()
+                values = values[head[1]] if head else values[:layout.n_logits + layout.n_lse]
             except torch.OutOfMemoryError as e:
                 raise EngineOutOfMemory(f"the torch engine ran out of memory: {e}") from e
             except _DEVICE_ERROR as e:  # a CUDA error: this context is done for
@@ -130,14 +132,14 @@ class TorchEngine:
     # -- the passes ------------------------------------------------------------------
 
     def _buffer(self, n: int) -> torch.Tensor:
-        """The output buffer, at least n values (zeros, not stale memory, if never written)."""
+        """The output buffer's first n values (zeros, not stale memory, if never written)."""
         if self._out.numel() < n:
             self._out = torch.zeros(n, device=self.device)
-        return self._out
+        return self._out[:n]
 
     def _graph_head(self, layout: Plan) -> tuple[list[int], list[int]] | None:
-        """(label rows, picks) for GraphRunner.run_with_head when the call is one pass a
-        graph runs head and all; None otherwise."""
+        """(label rows for GraphRunner.run_with_head, the indices of the call's values in
+        its buffer) when the call is one pass a graph runs head and all; None otherwise."""
         graphs, p = self._graphs, layout.passes[0]
         if graphs is None or len(layout.passes) > 1 or p.cache or len(p.rows) > HEAD_ROWS \
                 or graphs.bucket(p.tokens) is None:

@@ -65,17 +65,21 @@ def dequantize(w: QWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 
 def qmatmul(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
-            dense: torch.Tensor | None = None) -> torch.Tensor:
+            dense: torch.Tensor | None = None, rows: torch.Tensor | None = None
+            ) -> torch.Tensor:
     """x [M, K] @ dequant(w).T -> [M, N], into `out` when given (a column slice of a wider
-    buffer will do). The weight is rounded to x.dtype and the products are summed in
-    out.dtype (fp32 for the head's logits), as the kernel's fp32 accumulator does. On
-    CUDA the Triton kernel reads the packed words, or for a large pass a dequantized copy
-    (`dense`, made ahead, when given: qmatmul_triton); elsewhere this reference dequantizes
-    at most CHUNK_ROWS rows at a time."""
+    buffer will do); rows (int32 [N]): of those rows of w only (label rows of a head). The
+    weight is rounded to x.dtype and the products are summed in out.dtype (fp32 for the
+    head's logits), as the kernel's fp32 accumulator does. On CUDA the Triton kernel
+    reads the packed words, or for a large pass a dequantized copy (`dense`, made ahead,
+    when given: qmatmul_triton); elsewhere this reference dequantizes at most CHUNK_ROWS
+    rows at a time."""
     if dispatch.triton(x):
         from .qmatmul_triton import qmatmul_triton  # Triton only where it compiles
 
-        return qmatmul_triton(x, w, out, dense=dense)
+        return qmatmul_triton(x, w, out, dense=dense, rows=rows)
+    if rows is not None:
+        w = w.rows(rows)
     n = w.shape[0]
     if out is None:
         out = torch.empty(len(x), n, dtype=x.dtype)

@@ -78,16 +78,17 @@ def _store(y_ptr, acc, rm, pid_n, M, N, stride_ym, GELU: tl.constexpr, BLOCK_M: 
 
 @triton.jit
 def _qmatmul_kernel(
-    x_ptr, codes_ptr, scale_ptr, offset_ptr, y_ptr, z_ptr, count_ptr,
+    x_ptr, codes_ptr, scale_ptr, offset_ptr, rows_ptr, y_ptr, z_ptr, count_ptr,
     M, N, K,
     stride_xm, stride_cn, stride_sn, stride_ym,
-    BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, IEEE: tl.constexpr,
-    LSE: tl.constexpr, GELU: tl.constexpr, SPLIT_K: tl.constexpr,
+    BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, HAS_ROWS: tl.constexpr,
+    IEEE: tl.constexpr, LSE: tl.constexpr, GELU: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """y = x @ W.T (GELU: then gelu_tanh(gate) * up of W's interleaved gate and up rows);
     or (LSE) per row and column block, the max of its logits in y and the sum of their
-    exp(logit - max) in z, at [row, program along N].
+    exp(logit - max) in z, at [row, program along N]. HAS_ROWS: W is the rows rows_ptr[N]
+    of the packed weight (label rows of a head).
 
     SPLIT_K > 1: program (m, n, s) sums the s-th K slice into z [SPLIT_K, M, N] (fp32)
     and counts itself in count_ptr[tile]; the tile's last program adds the slices up in
@@ -102,6 +103,8 @@ def _qmatmul_kernel(
     n_ok = rn < N
     # rows past N read row 0 instead of masking every load: their columns are never stored
     rn_safe = tl.where(n_ok, rn, 0)
+    if HAS_ROWS:
+        rn_safe = tl.load(rows_ptr + rn_safe)
     k_slice = K // SPLIT_K  # the launcher picks BLOCK_K dividing it
     k_first = tl.program_id(2) * k_slice
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -206,9 +209,9 @@ MAX_TILES = 1 << 14  # output tiles of one split-K launch (its arrival counts)
 _counts: dict[torch.device, torch.Tensor] = {}
 
 
-def _built_in(x: torch.Tensor, w: QWeight) -> Blocks:
-    """The built-in tiles of x @ dequant(w).T."""
-    return _blocks(len(x), w.shape[0], w.shape[1], w.group, w.bits, x.element_size())
+def _built_in(x: torch.Tensor, w: QWeight, n: int | None = None) -> Blocks:
+    """The built-in tiles of x @ dequant(w).T (of n of w's rows)."""
+    return _blocks(len(x), n or w.shape[0], w.shape[1], w.group, w.bits, x.element_size())
 
 
 def _k_tiles(k: int, group: int) -> list[int]:
@@ -321,25 +324,31 @@ def embed_rms_norm_triton(w: QWeight | torch.Tensor, ids: torch.Tensor, scale: t
 
 
 def qmatmul_triton(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
-                   blocks: Blocks | None = None, dense: torch.Tensor | None = None
-                   ) -> torch.Tensor:
+                   blocks: Blocks | None = None, dense: torch.Tensor | None = None,
+                   rows: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (fp16, bf16 or fp32; unit stride along K) @ dequant(w).T -> [M, N] in
     x.dtype, or into `out` when given: x.dtype or fp32 (the head's logits), any row stride
     (a column slice of a wider buffer). blocks: tiles to use instead of the built-in
     choice (for tuning; it also keeps the fused kernel at any M). dense: w already
-    dequantized in x.dtype, for when the pass takes that path (`takes_dense`)."""
+    dequantized in x.dtype, for when the pass takes that path (`takes_dense`). rows: int32
+    [N] indices of w's rows to multiply, read by the kernel (label rows of a head)."""
     x = _activations(x, w)
     m, n = x.shape[0], w.shape[0]
+    if rows is not None:
+        if rows.dim() != 1 or rows.dtype != torch.int32 or rows.device != x.device \
+                or dense is not None:
+            raise ValueError("rows must be int32 [N] on x's device, with no dense copy")
+        n = len(rows)
     if out is not None and (out.shape != (m, n) or out.dtype not in (x.dtype, torch.float32)
                             or out.stride(1) != 1):
         raise ValueError(f"out must be [{m}, {n}] in {x.dtype} or fp32, unit column stride")
-    if blocks is None and takes_dense(m, w, x.dtype):
+    if blocks is None and rows is None and takes_dense(m, w, x.dtype):
         y = torch.matmul(x, _dense(x, w, dense).T)
         return y if out is None else out.copy_(y)
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m and n:
-        _launch(x, w, out, out, blocks or _built_in(x, w))
+        _launch(x, w, out, out, blocks or _built_in(x, w, n), rows=rows)
     return out
 
 
@@ -422,8 +431,11 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
         out = torch.empty(m, dtype=torch.float32, device=x.device)
     if out.shape != (m,) or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError(f"out must be contiguous fp32 [{m}]")
-    # one K slice: each program's (max, sum of exp) pair needs its tile's whole sums
-    blocks = _built_in(x, w)[:5] + (1,)
+    # one K slice: each program's (max, sum of exp) pair needs its tile's whole sums; a
+    # head's few rows stream the whole weight: 128 of its rows a program, two stages
+    # (H200: 67 against 71 us, 16 rows of the 262,144 x 640 8-bit embedding)
+    bm, bn, bk, warps, stages, _ = _built_in(x, w)
+    blocks = (bm, 128, bk, warps, 2, 1) if m <= 16 else (bm, bn, bk, warps, stages, 1)
     cols = triton.cdiv(n, blocks[1])
     top = torch.empty(m, cols, dtype=torch.float32, device=x.device)
     total = torch.empty_like(top)
@@ -453,10 +465,11 @@ def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr):
 
 
 def _launch(x, w: QWeight | torch.Tensor, y, z, blocks: Blocks, lse: bool = False,
-            gelu: bool = False) -> None:
-    """The matmul kernel on a packed weight, or on a dense [N, K] one in x's dtype."""
+            gelu: bool = False, rows: torch.Tensor | None = None) -> None:
+    """The matmul kernel on a packed weight (or `rows` of it), or on a dense [N, K] one in
+    x's dtype."""
     m, k = x.shape
-    n = w.shape[0]
+    n = w.shape[0] if rows is None else len(rows)
     codes, scale, offset = _operands(w)
     bm, bn, bk, warps, stages, split = blocks
     dense = isinstance(w, torch.Tensor)
@@ -471,9 +484,9 @@ def _launch(x, w: QWeight | torch.Tensor, y, z, blocks: Blocks, lse: bool = Fals
     if count is None:  # zeros once: each split-K launch leaves them zero again
         count = _counts[x.device] = torch.zeros(MAX_TILES, dtype=torch.int32, device=x.device)
     _qmatmul_kernel[grid](
-        x, codes, scale, offset, y, z, count, m, n, k,
+        x, codes, scale, offset, scale if rows is None else rows, y, z, count, m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
         BITS=bits, GROUP=group, HAS_OFFSET=not dense and w.offset is not None,
-        IEEE=x.dtype == torch.float32, LSE=lse, GELU=gelu, SPLIT_K=split,
+        HAS_ROWS=rows is not None, IEEE=x.dtype == torch.float32, LSE=lse, GELU=gelu, SPLIT_K=split,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )

@@ -151,8 +151,11 @@ def test_embed_rms_norm_matches_the_reference(case):
 def test_qmatmul_reads_strided_rows_and_row_subsets():
     w = random_qweight(90, 128, 4, 32)
     x = torch.randn(7, 200)[:, 40:168]  # row stride 200
-    rows = w.rows(torch.tensor([89, 3, 3, 50]))  # label rows of a head
-    close(qmatmul_triton(x, rows), qm.qmatmul(x, rows))
+    index = torch.tensor([89, 3, 3, 50], dtype=torch.int32)  # label rows of a head
+    close(qmatmul_triton(x, w.rows(index)), qm.qmatmul(x, w.rows(index)))
+    close(qmatmul_triton(x, w, rows=index), qm.qmatmul(x, w.rows(index)))  # read in the kernel
+    with pytest.raises(ValueError, match="rows must be int32"):
+        qmatmul_triton(x, w, rows=index.long())
 
 
 # (bits, group, M, N, K, tiles): split-K slices of one and of several K tiles, ragged M
