@@ -13,9 +13,9 @@ A long causal sequence gives its last query blocks many more keys than its first
 A full-attention launch may split a block's keys over up to SPLITS programs (never
 fewer than MIN_PER key blocks each): each writes its partial (max, sum, output) to a
 workspace and counts itself in; the last to arrive combines the parts in a fixed order
-(the result does not depend on which came last) and resets the count. Programs start
-with the last query blocks, the longest of a causal sequence, so that the short ones
-fill in behind them.
+(the result does not depend on which came last) and resets the count. Such launches
+start with the last query blocks, the longest of a causal sequence, so that the short
+ones fill in behind them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ import triton.language as tl
 
 LOG2E = 1.4426950408889634
 MAX_BLOCKS = 1 << 14  # query blocks (times KV heads) of one split launch: its arrival counts
+# Full attention starts the longest query blocks first up to this many rows (one causal
+# sequence of 8192 tokens: 412 -> 291 us); past them a pass is a daemon's batch of short
+# sequences, where that order cost 18% (128 x 256 tokens)
+LONGEST_FIRST_ROWS = 32768
 # arrival counts, one set per device: split launches on a device must not overlap, which
 # holds while they go to its default stream (the engines' passes and graph replays do)
 _counts: dict[torch.device, torch.Tensor] = {}
@@ -67,10 +71,12 @@ def _attention_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_CACHE: tl.constexpr,
     HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    SPLITS: tl.constexpr, MIN_PER: tl.constexpr,
+    SPLITS: tl.constexpr, MIN_PER: tl.constexpr, LONGEST_FIRST: tl.constexpr,
 ):
     kv_head = tl.program_id(1)
-    pid_m = BLOCKS - 1 - tl.program_id(0) // SPLITS  # the last (longest) blocks first
+    pid_m = tl.program_id(0) // SPLITS
+    if LONGEST_FIRST:  # a causal sequence's last blocks are its longest
+        pid_m = BLOCKS - 1 - pid_m
     part = tl.program_id(0) % SPLITS
     r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows: (token, query head of the group)
     rm = r // GROUP
@@ -227,7 +233,8 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         return out
     block_d = max(16, triton.next_power_of_2(d))
     rows = t * (hq // hkv)
-    blocks = blocks or _blocks(rows, block_d, q.dtype, window is None and cache is None)
+    full = window is None and cache is None
+    blocks = blocks or _blocks(rows, block_d, q.dtype, full)
     block_m, block_n, warps, stages = blocks[:4]
     splits, min_per = blocks[4:] or (1, 1)
     n_blocks = triton.cdiv(rows, block_m)
@@ -248,7 +255,7 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         GROUP=hq // hkv, HEAD_DIM=d, HAS_CACHE=cache is not None,
         HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
-        SPLITS=splits, MIN_PER=min_per,
+        SPLITS=splits, MIN_PER=min_per, LONGEST_FIRST=full and rows <= LONGEST_FIRST_ROWS,
     )
     return out
 
