@@ -105,6 +105,21 @@ def graph_ms(calls: list, replays: int = 10) -> float:
     return sorted(times)[len(times) // 2]
 
 
+
+def tile_us(calls: list) -> float:
+    """Per-call us of `calls` in a graph; infinity for a tile that does not fit the chip."""
+    try:
+        return graph_ms(calls) * 1e3
+    except Exception:  # noqa: BLE001 - out of shared memory or registers
+        return float("inf")
+
+
+def rank(calls_of, tiles) -> tuple[list, str]:
+    """(us, tile) for each tile, fastest first (`calls_of(tile)`: the calls a graph
+    replays), and the best three as text."""
+    ranked = sorted((tile_us(calls_of(t)), t) for t in tiles)
+    return ranked, "  ".join(f"{t} {us:.1f}" for us, t in ranked[:3])
+
 def random_qweight(n: int, k: int, bits: int, group: int):
     scale = torch.rand(n, k // group, device=DEV) * 0.02
     if bits == 4:
@@ -183,17 +198,12 @@ def bench_qmatmul() -> None:
             x = torch.randn(m, k, device=DEV, dtype=DTYPE)
             out = torch.empty(m, n, device=DEV, dtype=DTYPE)
 
-            def timed(tile):
-                try:
-                    return graph_ms([lambda w=w: qmt.qmatmul_triton(x, w, out, blocks=tile)
-                                     for w in copies]) * 1e3
-                except Exception:  # noqa: BLE001 - does not fit the chip
-                    return float("inf")
+            def calls(tile):
+                return [lambda w=w: qmt.qmatmul_triton(x, w, out, blocks=tile) for w in copies]
 
-            builtin = graph_ms([lambda w=w: qmt.qmatmul_triton(x, w, out) for w in copies]) * 1e3
+            builtin = graph_ms(calls(None)) * 1e3
             floor = graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense]) * 1e3
-            ranked = sorted((timed(t), t) for t in TILES if fits(t, m, k, group))
-            best = "  ".join(f"{t} {us:.1f}" for us, t in ranked[:3])
+            ranked, best = rank(calls, [t for t in TILES if fits(t, m, k, group)])
             print(f"{name} {bits}b g{group} [{n}x{k}]".ljust(24),
                   f"{m:5d} {builtin:9.1f} {ranked[0][0]:7.1f} {floor:7.1f}  {best}", flush=True)
             if name == "gate_up":  # with gelu*up: in the fused epilogue, or a kernel after
@@ -224,18 +234,12 @@ def bench_attention() -> None:
         for window in (None, WINDOW):
             lo = start if window is None else torch.maximum(start, i - window + 1)
 
-            def timed(tile, lo=lo, window=window):
-                try:
-                    return graph_ms([lambda: att.attention_triton(
-                        q, k, v, lo, end, scale, window=window, out=out, blocks=tile)] * 20) * 1e3
-                except Exception:  # noqa: BLE001 - does not fit the chip
-                    return float("inf")
+            def calls(tile, lo=lo, window=window):
+                return [lambda: att.attention_triton(
+                    q, k, v, lo, end, scale, window=window, out=out, blocks=tile)] * 20
 
-            builtin = graph_ms([lambda lo=lo, window=window: att.attention_triton(
-                q, k, v, lo, end, scale, window=window, out=out)] * 20) * 1e3
-            tiles = ATT_TILES + (ATT_SPLIT_TILES if window is None else [])
-            ranked = sorted((timed(b), b) for b in tiles)
-            best = "  ".join(f"{b} {us:.1f}" for us, b in ranked[:3])
+            builtin = graph_ms(calls(None)) * 1e3
+            ranked, best = rank(calls, ATT_TILES + (ATT_SPLIT_TILES if window is None else []))
             print(f"{label:>8} window {str(window):4}: built-in {builtin:.1f}, best "
                   f"{ranked[0][0]:.1f}, SDPA causal {sdpa:.1f}  {best}", flush=True)
 
@@ -261,15 +265,11 @@ def bench_fused() -> None:
         gu = torch.randn(t, 2 * FFN, device=DEV, dtype=DTYPE)
         gelu = graph_ms([lambda: fut.gelu_mul(gu)] * 20) * 1e3
         for name, builtin in fused_calls(t, None).items():
-            def timed(tile, name=name):
-                try:
-                    return graph_ms([fused_calls(t, tile)[name]] * 20) * 1e3
-                except Exception:  # noqa: BLE001 - does not fit the chip
-                    return float("inf")
+            def calls(tile, name=name):
+                return [fused_calls(t, tile)[name]] * 20
 
-            ranked = sorted((timed(b), b) for b in FUSED_TILES)
-            best = "  ".join(f"{b} {us:.1f}" for us, b in ranked[:3])
-            ones = timed((1, 4))
+            ranked, best = rank(calls, FUSED_TILES)
+            ones = tile_us(calls((1, 4)))
             print(f"{t:5d} {name:13}: built-in {graph_ms([builtin] * 20) * 1e3:.1f}, one row "
                   f"a program {ones:.1f}, best {ranked[0][0]:.1f} (gelu*up {gelu:.1f})  {best}",
                   flush=True)
@@ -287,21 +287,18 @@ def bench_dense() -> None:
             cublas = graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in copies]) * 1e3
             modes = [False, True] if "gate_up" in name else [False]
             for gelu in modes:
-                def timed(tile, gelu=gelu):
-                    try:
-                        return graph_ms([lambda d=d: qmt.matmul_dense_triton(x, d, gelu, tile)
-                                         for d in copies]) * 1e3
-                    except Exception:  # noqa: BLE001 - does not fit the chip
-                        return float("inf")
+                def calls(tile, gelu=gelu):
+                    return [lambda d=d: qmt.matmul_dense_triton(x, d, gelu, tile)
+                            for d in copies]
 
-                ranked = sorted((timed(t), t) for t in DENSE_TILES
-                                if k % (t[2] * t[5]) == 0 and (t[5] == 1 or m <= 8192))
-                best = "  ".join(f"{t} {us:.1f}" for us, t in ranked[:3])
+                ranked, best = rank(calls, [t for t in DENSE_TILES if k % (t[2] * t[5]) == 0
+                                            and (t[5] == 1 or m <= 8192)])
                 base = cublas if not gelu else graph_ms([
                     lambda d=d: fut.gelu_mul(torch.matmul(x, d.T)) for d in copies]) * 1e3
                 print(f"{name + (' +gelu' if gelu else ''):18} {m:6d} cuBLAS"
                       f"{' +gelu_mul' if gelu else ''} {base:8.1f}  triton "
-                      f"{qmt.DENSE_BLOCKS[:5]} {timed(None):8.1f}  best {ranked[0][0]:8.1f}  "
+                      f"{qmt.DENSE_BLOCKS[:5]} {tile_us(calls(None)):8.1f}  best "
+                      f"{ranked[0][0]:8.1f}  "
                       f"{best}", flush=True)
 
 
@@ -313,16 +310,11 @@ def bench_dequantize() -> None:
                   for _ in range(max(L2_BYTES // (2 * n * k), 2))]
         moved = copies[0].nbytes() + 2 * n * k
 
-        def timed(tile):
-            try:
-                return graph_ms([lambda w=w: qmt.dequantize_triton(w, DTYPE, tile)
-                                 for w in copies]) * 1e3
-            except Exception:  # noqa: BLE001 - does not fit the chip
-                return float("inf")
+        def calls(tile):
+            return [lambda w=w: qmt.dequantize_triton(w, DTYPE, tile) for w in copies]
 
-        builtin = timed(None)
-        ranked = sorted((timed(t), t) for t in DEQ_TILES)
-        best = "  ".join(f"{t} {us:.1f}" for us, t in ranked[:3])
+        builtin = tile_us(calls(None))
+        ranked, best = rank(calls, DEQ_TILES)
         print(f"{name} {bits}b g{group} [{n}x{k}]".ljust(24), f"built-in {builtin:.1f} "
               f"({moved / builtin / 1e3:.0f} GB/s), best {ranked[0][0]:.1f} "
               f"({moved / ranked[0][0] / 1e3:.0f} GB/s)  {best}", flush=True)
