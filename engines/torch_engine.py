@@ -115,7 +115,8 @@ class TorchEngine:
                     elif kind is None:
                         self._run(layout)
                 values = out.cpu().numpy()
-                values = values[head[1]] if head else values[:layout.n_logits + layout.n_lse]
+                if head:
+                    values = values[head[1]]
             except torch.OutOfMemoryError as e:
                 raise EngineOutOfMemory(f"the torch engine ran out of memory: {e}") from e
             except _DEVICE_ERROR as e:  # a CUDA error: this context is done for

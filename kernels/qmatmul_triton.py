@@ -35,27 +35,33 @@ DENSE_GELU_M = 8192
 def _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn, k0, stride_cn, stride_sn,
                  BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """fp32 [BN, BK] of rows rn, columns k0.. (K contiguous in memory, as stored)."""
-    if BITS == 4:  # byte j holds columns 2j (low nibble) and 2j + 1 (high)
-        kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-        byte = tl.load(codes_ptr + rn[:, None] * stride_cn + kb[None, :])
-        q = tl.interleave(byte & 15, byte >> 4).to(tl.float32)
-    else:
+    """[BN, BK] of rows rn, columns k0.. (K contiguous in memory, as stored): dequantized
+    in fp32, or (BITS 16) a dense weight's values in its own dtype."""
+    if BITS == 16:
         k = k0 + tl.arange(0, BLOCK_K)
-        q = tl.load(codes_ptr + rn[:, None] * stride_cn + k[None, :]).to(tl.float32)
-    # one scale (and offset) per row and group, broadcast in registers
-    if GROUP >= BLOCK_K:  # the tile lies in one group
-        g = rn * stride_sn + k0 // GROUP  # [BN]
-        w = q * tl.load(scale_ptr + g)[:, None]
-        if HAS_OFFSET:
-            w += tl.load(offset_ptr + g)[:, None]
-    else:  # the tile holds BK // GROUP whole groups
-        gk = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
-        g = rn[:, None] * stride_sn + gk[None, :]  # [BN, BK / G]
-        w = tl.reshape(q, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * tl.load(scale_ptr + g)[:, :, None]
-        if HAS_OFFSET:
-            w += tl.load(offset_ptr + g)[:, :, None]
-        w = tl.reshape(w, (BLOCK_N, BLOCK_K))
+        w = tl.load(codes_ptr + rn[:, None] * stride_cn + k[None, :])
+    else:
+        if BITS == 4:  # byte j holds columns 2j (low nibble) and 2j + 1 (high)
+            kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+            byte = tl.load(codes_ptr + rn[:, None] * stride_cn + kb[None, :])
+            q = tl.interleave(byte & 15, byte >> 4).to(tl.float32)
+        else:
+            k = k0 + tl.arange(0, BLOCK_K)
+            q = tl.load(codes_ptr + rn[:, None] * stride_cn + k[None, :]).to(tl.float32)
+        # one scale (and offset) per row and group, broadcast in registers
+        if GROUP >= BLOCK_K:  # the tile lies in one group
+            g = rn * stride_sn + k0 // GROUP  # [BN]
+            w = q * tl.load(scale_ptr + g)[:, None]
+            if HAS_OFFSET:
+                w += tl.load(offset_ptr + g)[:, None]
+        else:  # the tile holds BK // GROUP whole groups
+            gk = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
+            g = rn[:, None] * stride_sn + gk[None, :]  # [BN, BK / G]
+            w = tl.reshape(q, (BLOCK_N, BLOCK_K // GROUP, GROUP)) \
+                * tl.load(scale_ptr + g)[:, :, None]
+            if HAS_OFFSET:
+                w += tl.load(offset_ptr + g)[:, :, None]
+            w = tl.reshape(w, (BLOCK_N, BLOCK_K))
     return w
 
 
@@ -111,11 +117,9 @@ def _qmatmul_kernel(
     for k0 in range(k_first, k_first + k_slice, BLOCK_K):
         x = tl.load(x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :], mask=m_ok[:, None],
                     other=0.0)
-        if BITS == 16:  # a dense weight in x's dtype (dequantized for a large pass)
-            w = tl.load(codes_ptr + rn_safe[:, None] * stride_cn + (k0 + rk)[None, :])
-        else:
-            w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn_safe, k0, stride_cn,
-                             stride_sn, BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K).to(x.dtype)
+        # (BITS 16: a dense weight already in x's dtype, dequantized for a large pass)
+        w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, rn_safe, k0, stride_cn, stride_sn,
+                         BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K).to(x.dtype)
         w = tl.trans(w)  # [BK, BN]
         if IEEE:  # fp32 operands: no TF32 rounding on the GPU
             acc = tl.dot(x, w, acc, input_precision="ieee")
@@ -163,12 +167,9 @@ def _embed_tile(codes_ptr, scale_ptr, offset_ptr, ids, k0, stride_cn, stride_sn,
                 ROWS: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr):
     """fp32 [ROWS, BK] of embedding rows ids: each value rounded to DTYPE, times s, rounded
     again (Gemma's scaled embedding, as the activation dtype computes it)."""
-    if BITS == 16:  # a dense embedding, already in DTYPE
-        k = k0 + tl.arange(0, BLOCK_K)
-        w = tl.load(codes_ptr + ids[:, None] * stride_cn + k[None, :]).to(tl.float32)
-    else:
-        w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, ids, k0, stride_cn, stride_sn,
-                         BITS, GROUP, HAS_OFFSET, ROWS, BLOCK_K).to(DTYPE).to(tl.float32)
+    # (BITS 16: a dense embedding, already in DTYPE)
+    w = _weight_tile(codes_ptr, scale_ptr, offset_ptr, ids, k0, stride_cn, stride_sn, BITS,
+                     GROUP, HAS_OFFSET, ROWS, BLOCK_K).to(DTYPE).to(tl.float32)
     return (w * s).to(DTYPE).to(tl.float32)
 
 
@@ -368,8 +369,7 @@ def qmatmul_gelu_triton(x: torch.Tensor, w: QWeight, blocks: Blocks | None = Non
         return gelu_mul(torch.matmul(x, dense.T))
     out = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
     if m and n:
-        _launch(x, w, out, out, blocks or _built_in(x, w),
-                gelu=True)
+        _launch(x, w, out, out, blocks or _built_in(x, w), gelu=True)
     return out
 
 

@@ -105,7 +105,6 @@ def graph_ms(calls: list, replays: int = 10) -> float:
     return sorted(times)[len(times) // 2]
 
 
-
 def tile_us(calls: list) -> float:
     """Per-call us of `calls` in a graph; infinity for a tile that does not fit the chip."""
     try:
@@ -119,6 +118,7 @@ def rank(calls_of, tiles) -> tuple[list, str]:
     replays), and the best three as text."""
     ranked = sorted((tile_us(calls_of(t)), t) for t in tiles)
     return ranked, "  ".join(f"{t} {us:.1f}" for us, t in ranked[:3])
+
 
 def random_qweight(n: int, k: int, bits: int, group: int):
     scale = torch.rand(n, k // group, device=DEV) * 0.02
