@@ -3,20 +3,23 @@ each followed by a small graph of the output head.
 
 A pass of a few hundred tokens is a few hundred small kernels; launched one by one from
 Python the host is the bottleneck, replayed as one graph it is not. A pass is padded up
-to the next captured size with tokens that see only themselves, and its metadata is
-copied into that graph's input buffer before the replay. The graphs share one memory
-pool (captured largest first), since they never run at the same time.
+to the next captured size with tokens that see only themselves: its packed chains are
+copied into that graph's input buffer before the replay, and the graph's first kernel
+expands them into the columns the model reads (kernels/columns.py). The graphs share one
+memory pool (captured largest first), since they never run at the same time.
 
 A call of one pass with few answer rows and label rows (a handful of questions about one
 text, the latency case) also runs its head from a graph: the hidden states at up to
 HEAD_ROWS rows, the logits of up to HEAD_LABELS label rows there and the
 full-vocabulary logsumexp at each, into one buffer the host reads back whole and picks
-its values from. The pass's metadata and the head's indices go up in one copy.
+its values from. The head's indices and the pass go up in one copy.
 """
 
 from __future__ import annotations
 
 import torch
+
+from decider.kernels.columns import FIELDS, HEADER, columns
 
 from .passes import Pass
 
@@ -27,15 +30,18 @@ LARGEST = 8192
 HEAD_ROWS = 16  # one row tile of the logsumexp's matmul: its cost does not grow below it
 HEAD_LABELS = 64
 HEAD_VALUES = HEAD_ROWS * HEAD_LABELS + HEAD_ROWS  # logits [rows, labels], then logsumexps
+HEAD_INDICES = HEAD_ROWS + HEAD_LABELS  # the head's rows and label rows, before the pass
 
 
 class GraphRunner:
     def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device) -> None:
         top = min(max_tokens, LARGEST)
         self.sizes = [SMALLEST << i for i in range(max(top // SMALLEST, 1).bit_length())]
-        # per size, int32: meta [5, n], then the head's rows and label rows
-        self._host = {n: torch.zeros(5 * n + HEAD_ROWS + HEAD_LABELS, dtype=torch.int32,
-                                     pin_memory=True) for n in self.sizes}
+        self.window = model.cfg.window
+        # per size, int32: the head's rows and label rows, then the pass packed (at most a
+        # chain a token)
+        self._host = {n: torch.zeros(HEAD_INDICES + HEADER + (1 + FIELDS) * n,
+                                     dtype=torch.int32, pin_memory=True) for n in self.sizes}
         self._inputs: dict[int, torch.Tensor] = {}
         self._out: dict[int, torch.Tensor] = {}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -45,20 +51,21 @@ class GraphRunner:
         free_before = torch.cuda.mem_get_info(device)[0]
         pool = None
         for n in reversed(self.sizes):
-            Pass(1).meta(n, out=self._host[n].numpy()[:5 * n].reshape(5, n))  # all padding
+            Pass(1).pack(out=self._host[n].numpy()[HEAD_INDICES:])  # all padding
             self._inputs[n] = inputs = self._host[n].to(device)
-            meta, head_inputs = self._split(inputs, n)
+            rows, labels, packed = inputs.split([HEAD_ROWS, HEAD_LABELS, len(inputs)
+                                                 - HEAD_INDICES])
             side = torch.cuda.Stream(device)  # warm-up (Triton compiles) off the capture
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):
-                _head(model, model(meta), *head_inputs, self.values)
+                _head(model, model(columns(packed, n, self.window)), rows, labels, self.values)
             torch.cuda.current_stream(device).wait_stream(side)
             graph, head = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self._out[n] = model(meta)
+                self._out[n] = model(columns(packed, n, self.window))
             pool = graph.pool()
             with torch.cuda.graph(head, pool=pool):
-                _head(model, self._out[n], *head_inputs, self.values)
+                _head(model, self._out[n], rows, labels, self.values)
             self._graphs[n], self._heads[n] = graph, head
         torch.cuda.synchronize(device)
         self.nbytes = max(free_before - torch.cuda.mem_get_info(device)[0], 0)
@@ -67,11 +74,10 @@ class GraphRunner:
         """The smallest captured size holding `tokens`, or None past the largest."""
         return next((n for n in self.sizes if n >= tokens), None)
 
-    def run(self, meta: torch.Tensor) -> torch.Tensor:
-        """meta [5, n] on the device, n a captured size -> hidden [n, hidden] (the graph's
-        own output buffer: read it before the next run)."""
-        n = meta.shape[1]
-        self._split(self._inputs[n], n)[0].copy_(meta)
+    def run(self, packed: torch.Tensor, n: int) -> torch.Tensor:
+        """A pass packed (passes.py) on the device, padded to n, a captured size -> hidden
+        [n, hidden] (the graph's own output buffer: read it before the next run)."""
+        self._inputs[n][HEAD_INDICES:HEAD_INDICES + len(packed)].copy_(packed)
         self._graphs[n].replay()
         return self._out[n]
 
@@ -81,20 +87,15 @@ class GraphRunner:
         ends reading its values back."""
         n = self.bucket(p.tokens)
         host = self._host[n].numpy()
-        p.meta(n, out=host[:5 * n].reshape(5, n))
-        at = 5 * n
+        at = 0
         for values, room in ((p.rows, HEAD_ROWS), (labels, HEAD_LABELS)):
             host[at:at + len(values)] = values
             host[at + len(values):at + room] = 0
             at += room
-        self._inputs[n].copy_(self._host[n], non_blocking=True)
+        used = HEAD_INDICES + len(p.pack(out=host[HEAD_INDICES:]))
+        self._inputs[n][:used].copy_(self._host[n][:used], non_blocking=True)
         self._graphs[n].replay()
         self._heads[n].replay()
-
-    @staticmethod
-    def _split(inputs: torch.Tensor, n: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        meta, rows, labels = inputs.split([5 * n, HEAD_ROWS, HEAD_LABELS])
-        return meta.view(5, n), (rows, labels)
 
 
 def _head(model: torch.nn.Module, h: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,

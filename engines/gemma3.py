@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from decider.kernels.attention import attend
+from decider.kernels.columns import END, IDS, LO_FULL, LO_SLIDE, POS
 from decider.kernels.fused import add_rms_norm, gelu_mul, qk_norm_rope_, rope_tables
 from decider.kernels.qmatmul import (QWeight, embed_rms_norm, qmatmul, qmatmul_gelu,
                                      qmatmul_logsumexp)
@@ -25,7 +26,6 @@ from . import DTYPES
 from .dense_weights import DenseWeights
 from .gguf_weights import GGUFModel, Packed
 from .kv_cache import KVCache
-from .passes import END, IDS, LO_FULL, LO_SLIDE, POS
 
 SLIDING_PATTERN = 6  # layer i is full attention when (i + 1) % 6 == 0
 LOCAL_ROPE_BASE = 10_000.0
@@ -201,9 +201,9 @@ class Block(nn.Module):
                 dense: dict[str, torch.Tensor]):
         """x: the residual stream [T, hidden], h: its attn_norm; returns the stream after
         this layer and its norm by norm_next (the next layer's attn_norm, or the final
-        norm). meta [5, T]: passes.py's rows; rope: (cos, sin) tables of this layer's kind.
-        cache: the prefix before these tokens, which write=True extends with them. dense:
-        the linears' weights already dequantized, by name (dense_weights.py)."""
+        norm). meta [5, T]: kernels/columns.py's rows; rope: (cos, sin) tables of this
+        layer's kind. cache: the prefix before these tokens, which write=True extends with
+        them. dense: the linears' weights already dequantized, by name (dense_weights.py)."""
         cfg = self.cfg
         t, hq, hkv, d = len(x), cfg.heads, cfg.kv_heads, cfg.head_dim
         pos = meta[POS]
@@ -267,8 +267,9 @@ class Gemma3(nn.Module):
 
     def forward(self, meta: torch.Tensor, cache: KVCache | None = None,
                 write: bool = False) -> torch.Tensor:
-        """meta int32 [5, T] (passes.py: ids, pos, lo_full, lo_slide, end) -> final-normed
-        hidden states [T, hidden]. No host sync: a CUDA graph can hold it (cache None)."""
+        """meta int32 [5, T] (kernels/columns.py: ids, pos, lo_full, lo_slide, end) ->
+        final-normed hidden states [T, hidden]. No host sync: a CUDA graph can hold it
+        (cache None)."""
         ids = meta[IDS]
         x, h = embed_rms_norm(self.embedding, ids, self.embed_scale, self.blocks[0].attn_norm,
                               self.cfg.eps)

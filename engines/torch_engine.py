@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from decider.errors import ActivationOverflow, ConfigError, EngineFailure, EngineOutOfMemory
+from decider.kernels.columns import columns
 
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows,
                    resolve_n_ctx)
@@ -151,31 +152,33 @@ class TorchEngine:
         return labels, src + [HEAD_ROWS * HEAD_LABELS + a for a in roots]
 
     def _run(self, layout: Plan) -> None:
-        """Every pass, then the head at the outputs. Each pass's columns are built and sent
-        while the GPU runs the pass before it."""
+        """Every pass, then the head at the outputs. Each pass is packed and sent while the
+        GPU runs the pass before it."""
         graphs = self._graphs
         sizes = [(graphs.bucket(p.tokens) if graphs is not None and not p.cache else None)
                  or p.tokens for p in layout.passes]
         outs = layout.outputs
         label_rows, src, roots = _head_indices(layout)
-        self._staging.begin(sum(5 * n for n in sizes) + len(outs) + len(label_rows) + len(src)
-                            + len(roots))
+        self._staging.begin(sum(p.packed_size for p in layout.passes) + len(outs)
+                            + len(label_rows) + len(src) + len(roots))
         hidden = torch.empty(len(outs), self.model.cfg.hidden, dtype=self.dtype,
                              device=self.device)
         at = 0
+        window = self.model.cfg.window
         for p, size in zip(layout.passes, sizes, strict=True):
-            meta = self._staging.put(p.meta(size))
+            packed = self._staging.put(p.pack())
             rows = self._staging.put(np.asarray(p.rows, np.int32))
             if p.cache == "write" and p.starts_sequence:
                 self.cache.clear()
             if p.cache:
-                h = self.model(meta, self.cache, write=p.cache == "write")
+                h = self.model(columns(packed, size, window), self.cache,
+                               write=p.cache == "write")
                 if p.cache == "write":
                     self.cache.advance(p.tokens)
             elif graphs is not None and size in graphs.sizes:
-                h = graphs.run(meta)
+                h = graphs.run(packed, size)
             else:
-                h = self.model(meta)
+                h = self.model(columns(packed, size, window))
             if p.rows:
                 torch.index_select(h, 0, rows, out=hidden[at:at + len(p.rows)])
                 at += len(p.rows)

@@ -39,26 +39,27 @@ def median_ms(fn, reps: int = 30) -> float:
 
 def stages(one: ScoreJob) -> str:
     """One job's call taken apart, medians: the whole call; its layout (host); its pass's
-    graph with the metadata copied in (host launch to device end) and the replay alone
+    graph with the packed pass copied in (host launch to device end) and the replay alone
     (CUDA events around it); the head at the answer (label rows and the full-vocabulary
     logsumexp). What the call adds to their sum is host work between them."""
     graphs, model = engine._graphs, engine.model
     [p] = plan([one], N_BATCH["cuda"], model.cfg.window).passes
-    meta = torch.from_numpy(p.meta(graphs.bucket(p.tokens))).cuda()
+    n = graphs.bucket(p.tokens)
+    packed = torch.from_numpy(p.pack()).cuda()
     out = {"call": median_ms(lambda: engine.score([one])),
            "layout": median_ms(lambda: plan([one], N_BATCH["cuda"], model.cfg.window)
-                               .passes[0].meta(graphs.bucket(p.tokens))),
-           "graph": median_ms(lambda: graphs.run(meta))}
+                               .passes[0].pack()),
+           "graph": median_ms(lambda: graphs.run(packed, n))}
     times = []
     for _ in range(30):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        graphs.run(meta)
+        graphs.run(packed, n)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
     out["replay (device)"] = float(np.median(times))
-    h = graphs.run(meta)[-1:].clone()
+    h = graphs.run(packed, n)[-1:].clone()
     rows = torch.tensor([3, 4], dtype=torch.int32, device="cuda")
     out["head"] = median_ms(lambda: (model.head(h, rows), model.logsumexp(h)))
     return ", ".join(f"{k} {v:.3f}" for k, v in out.items()) + " ms"
@@ -81,13 +82,13 @@ for name, jobs in (("1 x 120 tokens", [job(120)]), ("1 x 2000 tokens", [job(2000
     t0 = time.perf_counter()
     for _ in range(10):
         for p in plan(jobs, N_BATCH["cuda"], engine.model.cfg.window).passes:
-            p.meta()
+            p.pack()
     layout = (time.perf_counter() - t0) / 10
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         engine.score(jobs)
         torch.cuda.synchronize()
     device = sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
-    print(f"== {name}: wall {wall * 1e3:.2f} ms per call, layout and columns "
+    print(f"== {name}: wall {wall * 1e3:.2f} ms per call, layout and packing "
           f"{layout * 1e3:.2f} ms, device time {device:.2f} ms (profiled call)")
     print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12))
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))

@@ -25,9 +25,11 @@ if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
 os.environ["TRITON_INTERPRET"] = "1"
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
-from trees import draw, forest_inputs  # noqa: E402
+from trees import draw, forest_inputs, random_job  # noqa: E402
 
 from decider.kernels import fused, fused_triton  # noqa: E402
+from decider.kernels.columns import columns  # noqa: E402
+from decider.kernels.columns_triton import columns_triton  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels import attention_triton as attn_triton  # noqa: E402
@@ -343,6 +345,24 @@ def test_norms_keep_an_fp32_residual_stream_beside_low_precision_sublayers(dtype
     assert h.dtype == dtype
     torch.testing.assert_close(h.float(), fused.rms_norm(x, w1, 1e-6, dtype).float(),
                                rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("budget", [10_000, 300, 40])
+def test_columns_kernel_expands_packed_passes_as_the_reference(budget):
+    """Every pass of a random plan (packed trees, cache-writing chunks, branches read
+    after them; hundreds of chains in the largest), padded by 0-300 tokens: the kernel's
+    columns equal the reference's, across several 256-token programs."""
+    import numpy as np
+
+    from decider.engines.passes import plan
+
+    rng = np.random.default_rng()
+    window = int(rng.integers(1, 40))
+    jobs = [random_job(rng) for _ in range(40)]
+    for p in plan(jobs, budget, window).passes:
+        packed = torch.from_numpy(p.pack())
+        size = p.tokens + draw(0, 300)
+        assert torch.equal(columns_triton(packed, size, window), columns(packed, size, window))
 
 
 def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatch, tmp_path):

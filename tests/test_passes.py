@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from decider.engines import Branch, ScoreJob, label_trie
-from decider.engines.passes import END, IDS, LO_FULL, LO_SLIDE, POS, plan
+from decider.engines import ScoreJob, label_trie
+from decider.engines.passes import Pass, plan
 from decider.kernels.attention import tree_bounds
+from decider.kernels.columns import END, IDS, LO_FULL, LO_SLIDE, POS, columns
+from trees import random_job
 
 
-def random_job(rng) -> ScoreJob:
-    def toks(n):
-        return tuple(int(t) for t in rng.integers(3, 500, n))
-
-    branches = []
-    for _ in range(int(rng.integers(1, 4))):
-        cands = {toks(int(rng.integers(1, 4))) for _ in range(int(rng.integers(2, 6)))}
-        # no candidate a prefix of another
-        cands = [c for c in cands if not any(d != c and d[:len(c)] == c for d in cands)]
-        branches.append(Branch(toks(int(rng.integers(1, 6))), tuple(cands)))
-    return ScoreJob((2, *toks(int(rng.integers(0, 40)))), tuple(branches))
+def meta(p: Pass, size: int = 0) -> np.ndarray:
+    """The pass's columns as the model reads them: packed, then expanded (torch reference)."""
+    return columns(torch.from_numpy(p.pack()), max(size, p.tokens), p.window).numpy()
 
 
 def tree(job: ScoreJob, with_prefix: bool):
@@ -65,13 +60,13 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget):
     def check(ids, parents, pos, rows):
         nonlocal at, row
         n = len(ids)
-        meta = p.meta()[:, at:at + n]
+        cols = meta(p)[:, at:at + n]
         lo_full, end = tree_bounds(parents, pos, None)
         lo_slide, _ = tree_bounds(parents, pos, window)
-        assert meta[IDS].tolist() == ids and meta[POS].tolist() == pos
-        assert (meta[END] - at).tolist() == end.tolist()
-        assert (meta[LO_FULL] - at).tolist() == lo_full.tolist()
-        assert (meta[LO_SLIDE] - at).tolist() == lo_slide.tolist()
+        assert cols[IDS].tolist() == ids and cols[POS].tolist() == pos
+        assert (cols[END] - at).tolist() == end.tolist()
+        assert (cols[LO_FULL] - at).tolist() == lo_full.tolist()
+        assert (cols[LO_SLIDE] - at).tolist() == lo_slide.tolist()
         assert [r - at for r in p.rows[row:row + len(rows)]] == rows
         at, row = at + n, row + len(rows)
 
@@ -83,7 +78,7 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget):
             check(*whole)
             continue
         chunks = [next(passes) for _ in range(0, len(job.prefix), budget)]
-        got = np.concatenate([c.meta() for c in chunks], 1)
+        got = np.concatenate([meta(c) for c in chunks], 1)
         assert all(c.cache == "write" for c in chunks)
         assert got[IDS].tolist() == list(job.prefix)
         assert got[POS].tolist() == list(range(len(job.prefix)))
@@ -100,17 +95,28 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget):
 
 
 def test_a_pass_padded_to_a_graph_size_keeps_its_columns_and_pads_with_lone_tokens():
-    """meta(size): the pass's own columns unchanged, then tokens that see only themselves
-    (id 0 at position 0), so padding changes no real token's attention."""
+    """Expanded to a larger size: the pass's own columns unchanged, then tokens that see
+    only themselves (id 0 at position 0), so padding changes no real token's attention.
+    A size below the pass's tokens is refused, never cut."""
     rng = np.random.default_rng()
     [p] = plan([random_job(rng) for _ in range(3)], 10_000, int(rng.integers(1, 20))).passes
     size = p.tokens + int(rng.integers(1, 50))
-    padded = p.meta(size)
+    padded = meta(p, size)
     assert padded.shape == (5, size) and padded.dtype == np.int32
-    assert (padded[:, :p.tokens] == p.meta()).all()
+    assert (padded[:, :p.tokens] == meta(p)).all()
     pad = np.arange(p.tokens, size)
     assert (padded[IDS, p.tokens:] == 0).all() and (padded[POS, p.tokens:] == 0).all()
     for row in (LO_FULL, LO_SLIDE):
         assert (padded[row, p.tokens:] == pad).all()
     assert (padded[END, p.tokens:] == pad + 1).all()
-    assert (p.meta(p.tokens - 1) == p.meta()).all()  # never cut
+    with pytest.raises(ValueError, match="do not fit size"):
+        columns(torch.from_numpy(p.pack()), p.tokens - 1, p.window)
+
+
+def test_an_empty_pass_is_all_padding_and_pack_refuses_a_short_buffer():
+    """A graph's warm-up pass: no tokens, no chains."""
+    assert meta(Pass(4), 3).tolist() == [[0, 0, 0], [0, 0, 0], [0, 1, 2], [0, 1, 2], [1, 2, 3]]
+    p = Pass(4)
+    p.chain((5, 6, 7), 0, 0, 3, 0, True)
+    with pytest.raises(ValueError, match=r"int32 \[>= 11\]"):
+        p.pack(out=np.zeros(10, np.int32))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from decider.engines import Branch, ScoreJob
+
 
 def random_forest(sizes: list[int], branchy: bool) -> tuple[list[int], list[int]]:
     """Trees of the given sizes side by side in pre-order: (parents, positions).
@@ -57,3 +59,16 @@ def forest_inputs(sizes: list[int], branchy: bool, hq: int, hkv: int, d: int,
                   for _ in range(2))
         kwargs |= {"cache": (ck, cv, cpos), "q_pos": torch.tensor(pos, device=device)}
     return (q, k, v, lo, end), kwargs
+
+
+def random_job(rng) -> ScoreJob:
+    def toks(n):
+        return tuple(int(t) for t in rng.integers(3, 500, n))
+
+    branches = []
+    for _ in range(int(rng.integers(1, 4))):
+        cands = {toks(int(rng.integers(1, 4))) for _ in range(int(rng.integers(2, 6)))}
+        # no candidate a prefix of another
+        cands = [c for c in cands if not any(d != c and d[:len(c)] == c for d in cands)]
+        branches.append(Branch(toks(int(rng.integers(1, 6))), tuple(cands)))
+    return ScoreJob((2, *toks(int(rng.integers(0, 40)))), tuple(branches))

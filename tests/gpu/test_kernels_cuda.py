@@ -22,12 +22,13 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     pytest.skip("TRITON_INTERPRET=1 in this process: the kernels would not compile",
                 allow_module_level=True)
 
-from trees import forest_inputs  # noqa: E402
+from trees import forest_inputs, random_job  # noqa: E402
 
 from decider.kernels import fused  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
+from decider.kernels.columns import columns  # noqa: E402
 from decider.kernels.qmatmul_triton import qmatmul_triton  # noqa: E402
 
 DEV = "cuda"
@@ -211,3 +212,21 @@ def test_fused_kernels_on_gemma3_shapes(dtype):
     fused.qk_norm_rope_(want[:, :5], 4, wq.cpu(), wk.cpu(), pos.cpu(), cos, sin, 1e-6)
     fused.qk_norm_rope_(heads[:, :5], 4, wq, wk, pos, cos.to(DEV), sin.to(DEV), 1e-6)
     close(heads, want.to(DEV))
+
+
+@pytest.mark.parametrize("budget", [32768, 2048, 100])
+def test_columns_of_packed_passes_on_the_device(budget):
+    """Each pass of a plan of 300 random jobs, expanded on the GPU to a graph-like padded
+    size, equals the CPU reference."""
+    import numpy as np
+
+    from decider.engines.passes import plan
+
+    rng = np.random.default_rng()
+    window = int(rng.integers(1, 600))
+    for p in plan([random_job(rng) for _ in range(300)], budget, window).passes:
+        packed = torch.from_numpy(p.pack())
+        size = 1 << max(p.tokens - 1, 1).bit_length()
+        assert torch.equal(columns(packed.to(DEV), size, window).cpu(),
+                           columns(packed, size, window))
+
