@@ -3,8 +3,8 @@
 # out for import without installing, then the GPU tests and the benchmarks.
 # Results go to $OUT (default ./gpu-out). Settings (environment): TESTS (paths, or none),
 # K (pytest -k), KERNELS=0/1/parts (tile sweep), PROFILE=0/1 (PROFILE_SHAPE: a shape
-# other than the 270M's), BASE (A/B against commits' packages), SHAPES, ENGINES, N_CTX,
-# REPEAT.
+# other than the 270M's), BASE (A/B against commits' packages; ROUNDS of it), SHAPES,
+# ENGINES, N_CTX, REPEAT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}
@@ -43,7 +43,7 @@ if [ -n "${BASE:-}" ]; then  # A/B on one machine: BASE is one or more commits' 
     mkdir -p "/tmp/ab/$tgz" && tar xzf "$here/$tgz" -C "/tmp/ab/$tgz" && sides+=("/tmp/ab/$tgz")
   done
   sides+=("$pkg")
-  for round in 1 2; do
+  for round in $(seq "${ROUNDS:-2}"); do
     for side in "${sides[@]}"; do
       echo "== $([ "$side" = "$pkg" ] && echo this checkout || echo "${side#/tmp/ab/}"), round $round"
       (cd "$side" && PYTHONPATH=$side:/tmp/site python3 -m decider.cli bench --engines triton \
