@@ -265,7 +265,8 @@ def _blocks(rows: int, block_d: int, dtype: torch.dtype, full: bool
     """(BLOCK_M, BLOCK_N, warps, stages, splits, min_per) for a pass of `rows` query rows,
     from the H200 sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV
     head, fp16): 16-row query blocks up to 2048 rows (512 tokens: programs enough to fill
-    the GPU), 64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps
+    the GPU), against 128-key blocks up to 1024 rows (one causal sequence of 256 tokens
+    9.2 -> 8.4 us, of 128 5.9 -> 5.8), 64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps
     against 64-key blocks, which read each key block for twice the queries (on one causal
     sequence of 4096-8192 tokens 16-24% less time than the best 64-row tile, 8-10% less
     on sliding layers; docs/benchmarks.md). Full attention over the pass's own keys (one
@@ -275,6 +276,8 @@ def _blocks(rows: int, block_d: int, dtype: torch.dtype, full: bool
     keys, eight warps and two stages keep them in registers and shared memory."""
     if dtype == torch.float32 and block_d > 128:
         return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2, 1, 1
+    if rows <= 1024:  # up to 256 tokens: all of a 128-token pass's keys in one block
+        return 16, 128, 4, 2, 1, 1
     if rows <= 2048:
         return 16, 64, 4, 3, 1, 1
     if full and rows <= 4096:
