@@ -1,4 +1,5 @@
-"""Random token forests in pre-order, as the engine lays out passes: kernel test inputs."""
+"""Random token forests in pre-order, as the engine lays out passes, and random score jobs:
+test inputs."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ def forest_inputs(sizes: list[int], branchy: bool, hq: int, hkv: int, d: int,
 
 
 def random_job(rng) -> ScoreJob:
+    """A job of 1-40 prefix tokens and 1-3 branches, each with 2-5 candidate labels of 1-3
+    tokens (none a prefix of another), from the numpy generator rng."""
+
     def toks(n):
         return tuple(int(t) for t in rng.integers(3, 500, n))
 
