@@ -63,7 +63,7 @@ TILES = [(bm, bn, bk, w, 3, s) for bm, bn, bk, w, s in itertools.product(
     if bm * bk <= 128 * 128 and bn * bk <= 128 * 128 and (w == 4 or bm * bn >= 64 * 64)]
 # attention: BLOCK_M, BLOCK_N, warps, stages; for full attention also with a long block's
 # keys split over programs (splits, min key blocks each)
-ATT_TILES = list(itertools.product((16, 32, 64, 128), (16, 32, 64), (4, 8), (1, 2, 3)))
+ATT_TILES = list(itertools.product((16, 32, 64, 128), (16, 32, 64, 128), (4, 8), (1, 2, 3)))
 ATT_SPLIT_TILES = [t + s for t in ATT_TILES if t[3] > 1 for s in ((2, 8), (2, 16), (3, 8))]
 # (sequences, each): the three tile bands (16-row blocks up to 512 tokens, 64 rows up
 # to 2048, 128 past it) and the batch's packed sequences
