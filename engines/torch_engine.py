@@ -126,7 +126,8 @@ class TorchEngine:
                 # an fp16 overflow (inf, then NaN through the norms) reaches every row
                 # that reads the token it happened at; no other fault writes non-finite
                 raise ActivationOverflow("float16", float(torch.finfo(torch.float16).max))
-            return _results(jobs, layout, *np.split(values, [layout.n_logits]))
+            n = layout.n_logits
+            return _results(jobs, layout, values[:n], values[n:])
 
     def close(self) -> None:
         self._vocab.close()
