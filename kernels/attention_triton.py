@@ -24,15 +24,14 @@ import torch
 import triton
 import triton.language as tl
 
+from . import arrivals
+
 LOG2E = 1.4426950408889634
-MAX_BLOCKS = 1 << 14  # query blocks (times KV heads) of one split launch: its arrival counts
+MAX_BLOCKS = arrivals.SLOTS  # query blocks (times KV heads) of one split launch
 # Full attention starts the longest query blocks first up to this many rows (one causal
 # sequence of 8192 tokens: 412 -> 291 us); past them a pass is a daemon's batch of short
 # sequences, where that order cost 18% (128 x 256 tokens)
 LONGEST_FIRST_ROWS = 32768
-# arrival counts, one set per device: split launches on a device must not overlap, which
-# holds while they go to its default stream (the engines' passes and graph replays do)
-_counts: dict[torch.device, torch.Tensor] = {}
 
 
 @triton.jit
@@ -244,11 +243,8 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
     # each split block's parts: outputs [splits, BM, BD] and (max, sum) [splits, 2, BM]
     work = torch.empty(n_blocks * hkv * splits * block_m * (block_d + 2) if splits > 1 else 0,
                        dtype=torch.float32, device=q.device)
-    count = _counts.get(q.device)
-    if count is None:  # zeros once: each split launch leaves them zero again
-        count = _counts[q.device] = torch.zeros(MAX_BLOCKS, dtype=torch.int32, device=q.device)
     _attention_kernel[(n_blocks * splits, hkv)](
-        q, k, v, out, lo, end, ck, cv, cpos, q_pos, work, count,
+        q, k, v, out, lo, end, ck, cv, cpos, q_pos, work, arrivals.counts(q.device),
         t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0, n_blocks,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
@@ -262,18 +258,18 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
 
 def _blocks(rows: int, block_d: int, dtype: torch.dtype, full: bool
             ) -> tuple[int, int, int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, warps, stages, splits, min_per) for a pass of `rows` query rows,
-    from the H200 sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV
-    head, fp16): 16-row query blocks up to 2048 rows (512 tokens: programs enough to fill
-    the GPU), against 128-key blocks up to 1024 rows (one causal sequence of 256 tokens
-    9.2 -> 8.4 us, of 128 5.9 -> 5.8), 64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps
-    against 64-key blocks, which read each key block for twice the queries (on one causal
-    sequence of 4096-8192 tokens 16-24% less time than the best 64-row tile, 8-10% less
-    on sliding layers; docs/benchmarks.md). Full attention over the pass's own keys (one
-    long causal sequence: the last query blocks read every key) splits a long block's
-    keys from 2048 to 16384 rows: one causal sequence of 1000 tokens 42.5 -> 24.4 us, of
-    2000 61.2 -> 38.7, of 4000 137.8 -> 98.3. fp32 tiles are twice the bytes: half the
-    keys, eight warps and two stages keep them in registers and shared memory."""
+    """(BLOCK_M, BLOCK_N, warps, stages, splits, min_per) for a pass of `rows` query rows, from the
+    H200 sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV head, fp16):
+    16-row query blocks up to 2048 rows (512 tokens: programs enough to fill the GPU), against
+    128-key blocks up to 1024 rows (one causal sequence of 256 tokens 9.2 -> 8.4 us, of 128 5.9
+    -> 5.8), 64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps against
+    64-key blocks, which read each key block for twice the queries (on one causal sequence of
+    4096-8192 tokens 16-24% less time than the best 64-row tile, 8-10% less on sliding layers;
+    docs/benchmarks.md). Full attention over the pass's own keys (one long causal sequence: the
+    last query blocks read every key) splits a long block's keys from 2048 to 16384 rows: one
+    causal sequence of 1000 tokens 42.5 -> 24.4 us, of 2000 61.2 -> 38.7, of 4000 137.8 -> 98.3.
+    fp32 tiles are twice the bytes: half the keys, eight warps and two stages keep them in
+    registers and shared memory."""
     if dtype == torch.float32 and block_d > 128:
         return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2, 1, 1
     if rows <= 1024:  # up to 256 tokens: all of a 128-token pass's keys in one block

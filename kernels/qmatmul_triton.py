@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import arrivals
 from .fused_triton import gelu_mul, gelu_tanh
 from .qmatmul import QWeight
 
@@ -204,10 +205,7 @@ def _embed_rms_norm_kernel(codes_ptr, scale_ptr, offset_ptr, ids_ptr, s_ptr, nor
 
 Blocks = tuple[int, int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
 DENSE_BLOCKS = (128, 256, 64, 8, 3, 1)  # the H200 sweep's best with gelu from 1024 rows
-MAX_TILES = 1 << 14  # output tiles of one split-K launch (its arrival counts)
-# arrival counts, one set per device: split-K launches on a device must not overlap, which
-# holds while they go to its default stream (the engines' passes and graph replays do)
-_counts: dict[torch.device, torch.Tensor] = {}
+MAX_TILES = arrivals.SLOTS  # output tiles of one split-K launch
 
 
 def _built_in(x: torch.Tensor, w: QWeight, n: int | None = None) -> Blocks:
@@ -480,13 +478,12 @@ def _launch(x, w: QWeight | torch.Tensor, y, z, blocks: Blocks, lse: bool = Fals
         if lse or grid[0] * grid[1] > MAX_TILES:
             raise ValueError(f"split-K {split} does not fit {grid[0] * grid[1]} tiles")
         z = torch.empty(split, m, n, dtype=torch.float32, device=x.device)
-    count = _counts.get(x.device)
-    if count is None:  # zeros once: each split-K launch leaves them zero again
-        count = _counts[x.device] = torch.zeros(MAX_TILES, dtype=torch.int32, device=x.device)
     _qmatmul_kernel[grid](
-        x, codes, scale, offset, scale if rows is None else rows, y, z, count, m, n, k,
+        x, codes, scale, offset, scale if rows is None else rows, y, z,
+        arrivals.counts(x.device), m, n, k,
         x.stride(0), codes.stride(0), scale.stride(0), y.stride(0),
         BITS=bits, GROUP=group, HAS_OFFSET=not dense and w.offset is not None,
-        HAS_ROWS=rows is not None, IEEE=x.dtype == torch.float32, LSE=lse, GELU=gelu, SPLIT_K=split,
+        HAS_ROWS=rows is not None, IEEE=x.dtype == torch.float32, LSE=lse, GELU=gelu,
+        SPLIT_K=split,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )

@@ -27,12 +27,11 @@ triton = pytest.importorskip("triton", reason="triton is not installed (the gpu 
 
 from trees import draw, forest_inputs, random_job  # noqa: E402
 
-from decider.kernels import fused, fused_triton  # noqa: E402
+from decider.kernels import arrivals, fused, fused_triton  # noqa: E402
 from decider.kernels.columns import columns  # noqa: E402
 from decider.kernels.columns_triton import columns_triton  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
-from decider.kernels import attention_triton as attn_triton  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
 from decider.kernels import qmatmul_triton as qmt  # noqa: E402
 from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton  # noqa: E402
@@ -177,7 +176,7 @@ def test_split_k_sums_the_slices_in_a_fixed_order_and_leaves_the_counts_zero(cas
     got = qmatmul_triton(x, w, blocks=tiles)
     close(got, qm.qmatmul(x, w))
     assert torch.equal(qmatmul_triton(x, w, blocks=tiles), got)  # whichever slice is last
-    assert not qmt._counts[x.device].any()
+    assert not arrivals.counts(x.device).any()
 
 
 def test_qmatmul_and_dequantize_refuse_tiles_that_do_not_divide_k():
@@ -267,7 +266,7 @@ def test_attention_splits_long_blocks_keys_over_programs(case):
     got = attention_triton(*args, 0.2, blocks=blocks, **kwargs)
     close(got, attend(*args, 0.2, **kwargs))
     assert torch.equal(attention_triton(*args, 0.2, blocks=blocks, **kwargs), got)
-    assert not attn_triton._counts[got.device].any()  # left at zero for the next launch
+    assert not arrivals.counts(got.device).any()  # left at zero for the next launch
 
 
 def test_attention_refuses_splits_with_a_cache():

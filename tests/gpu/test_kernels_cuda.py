@@ -24,7 +24,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 from trees import forest_inputs, random_job  # noqa: E402
 
-from decider.kernels import fused  # noqa: E402
+from decider.kernels import arrivals, fused  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
@@ -86,15 +86,13 @@ def test_qmatmul_gelu_on_gemma3_gate_up_shapes(k, n, m, dtype):
                                    (128, 64, 64, 8, 3, 10)], ids=str)
 def test_qmatmul_split_k_is_deterministic_and_leaves_the_counts_zero(tiles):
     """Many programs of one tile race to be last: the sum must not depend on which."""
-    from decider.kernels import qmatmul_triton as qmt
-
     w = random_qweight(1536, 640, 8, 32)
     x = torch.randn(120, 640, device=DEV).bfloat16()
     got = qmatmul_triton(x, w, blocks=tiles)
     close(got, qm.qmatmul(x.float(), w))
     for _ in range(20):
         assert torch.equal(qmatmul_triton(x, w, blocks=tiles), got)
-    assert not qmt._counts[x.device].any()
+    assert not arrivals.counts(x.device).any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
