@@ -33,7 +33,7 @@ from .faults import begin_pass
 from .gemma3 import Gemma3, activation_dtype
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
-from .passes import Plan, plan
+from .passes import Pass, Plan, plan
 from .vocab import Vocab
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
@@ -165,21 +165,20 @@ class TorchEngine:
         hidden = torch.empty(len(outs), self.model.cfg.hidden, dtype=self.dtype,
                              device=self.device)
         at = 0
-        window = self.model.cfg.window
         for p, size in zip(layout.passes, sizes, strict=True):
-            packed = self._staging.put(p.pack())
+            packed = self._staging.put_pass(p)
             rows = self._staging.put(np.asarray(p.rows, np.int32))
             if p.cache == "write" and p.starts_sequence:
                 self.cache.clear()
             if p.cache:
-                h = self.model(columns(packed, size, window), self.cache,
+                h = self.model(columns(packed, size, p.window), self.cache,
                                write=p.cache == "write")
                 if p.cache == "write":
                     self.cache.advance(p.tokens)
             elif graphs is not None and size in graphs.sizes:
                 h = graphs.run(packed, size)
             else:
-                h = self.model(columns(packed, size, window))
+                h = self.model(columns(packed, size, p.window))
             if p.rows:
                 torch.index_select(h, 0, rows, out=hidden[at:at + len(p.rows)])
                 at += len(p.rows)
@@ -215,11 +214,19 @@ class _Staging:
 
     def put(self, a: np.ndarray) -> torch.Tensor:
         """a on the device (a view of the device buffer, shaped as a)."""
-        n, at = a.size, self.at
-        self.host.numpy()[at:at + n] = a.ravel()
+        self.host.numpy()[self.at:self.at + a.size] = a.ravel()
+        return self._send(a.size).view(a.shape)
+
+    def put_pass(self, p: Pass) -> torch.Tensor:
+        """The pass packed straight into the host buffer, then on the device."""
+        return self._send(len(p.pack(out=self.host.numpy()[self.at:])))
+
+    def _send(self, n: int) -> torch.Tensor:
+        """The next n staged values, copied up."""
+        at = self.at
         self.dev[at:at + n].copy_(self.host[at:at + n], non_blocking=True)
         self.at += n
-        return self.dev[at:at + n].view(a.shape)
+        return self.dev[at:at + n]
 
 
 def _head_indices(layout: Plan, stride: int = 0) -> tuple[list[int], list[int], list[int]]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from . import dispatch
+from .fused import rms_norm
 
 CHUNK_ROWS = 16384  # rows dequantized at a time: bounds the fp32 copy of a vocab-sized W
 
@@ -130,8 +131,6 @@ def embed_rms_norm(w: QWeight | torch.Tensor, ids: torch.Tensor, scale: torch.Te
         from .qmatmul_triton import embed_rms_norm_triton
 
         return embed_rms_norm_triton(w, ids, scale, norm, eps)
-    from .fused import rms_norm
-
     rows = embed(w, ids, scale.dtype) if isinstance(w, QWeight) else w[ids]
     x = (rows * scale).float()
     return x, rms_norm(x, norm, eps, scale.dtype)
