@@ -3,8 +3,9 @@
 # out for import without installing, then the GPU tests and the benchmarks.
 # Results go to $OUT (default ./gpu-out). Settings (environment): TESTS (paths, or none),
 # K (pytest -k), KERNELS=0/1/parts (tile sweep), PROFILE=0/1 (PROFILE_SHAPE: a shape
-# other than the 270M's), BASE (A/B against commits' packages; ROUNDS of it), SHAPES,
-# ENGINES, N_CTX, REPEAT.
+# other than the 270M's), BASE (A/B against commits' packages; ROUNDS of it), SHAPES
+# (random weights of real shapes), MODELS (catalog models' own files), ENGINES, N_CTX,
+# REPEAT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}
@@ -55,4 +56,9 @@ for shape in ${SHAPES:-gemma-3-270m}; do
   python3 -m decider.cli bench --engines "${ENGINES:-triton,reference:bfloat16}" \
     --shape "$shape" --n-ctx "${N_CTX:-32768}" --repeat "${REPEAT:-10}" 2>&1 \
     | tee "$out/bench_engines_$shape.txt" | tail -8
+done
+for model in ${MODELS:-}; do
+  python3 -m decider.cli bench "$model" --engines "${ENGINES:-triton,reference:bfloat16}" \
+    --n-ctx "${N_CTX:-32768}" --repeat "${REPEAT:-10}" 2>&1 \
+    | tee "$out/bench_engines_model_$model.txt" | tail -8
 done

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from real_prompts import MAX_TOL, P95_TOL, fixed_requests, p_yes_gaps, words
 
 from decider import Decider, Request, YesNo
 from decider.engines import Branch, ScoreJob
@@ -20,17 +21,13 @@ TOL = 1e-3
 # those facts uses the average; the reference is the exact check.
 LLAMA_MEAN_TOL = 0.35
 WINDOW = 512
-# The issue's bounds for p_yes, Triton against llama.cpp over a fixed set of prompts
-# (llama.cpp's Q4_K_M arithmetic against fp32 was measured at median 0.017, p95 0.049,
-# max 0.067 over 60 prompts of 65-599 tokens)
-P95_TOL, MAX_TOL, CLEAR = 0.06, 0.1, 0.1
-POOL = ("the a customer order parcel refund late broken screen price paid twice delivery "
-        "support email account password login error charge card bank").split()
 
 
 @pytest.fixture(scope="module")
 def triton(catalog):
-    with Decider("gemma-3-270m", engine="triton", catalog=catalog, n_ctx=2048) as d:
+    # the CPU path on any machine: its tolerance is fp32's (tests/gpu: the CUDA path)
+    with Decider("gemma-3-270m", engine="triton", catalog=catalog, n_ctx=2048,
+                 device="cpu") as d:
         yield d
 
 
@@ -38,10 +35,6 @@ def triton(catalog):
 def reference(catalog):
     with Decider("gemma-3-270m", engine="reference", catalog=catalog, n_ctx=2048) as d:
         yield d
-
-
-def words(rng, n: int) -> str:
-    return " ".join(rng.choice(POOL, n))
 
 
 def jobs(tok, rng) -> list[ScoreJob]:
@@ -103,27 +96,13 @@ def test_a_decision_through_decider_with_each_engine(triton, reference):
     assert a.label_mass == pytest.approx(b.label_mass, abs=1e-4)
 
 
-def fixed_requests() -> list[Request]:
-    """36 requests of about 65 to 600 tokens: a seeded text and one of six questions each,
-    the same every run."""
-    rng = np.random.default_rng(20261130)
-    questions = ["Is the customer unhappy?", "Is a refund requested?", "Was the parcel late?",
-                 "Is the screen broken?", "Was the card charged twice?",
-                 "Is this about a login problem?"]
-    return [Request(words(rng, int(n)), (YesNo(questions[i % 6]),))
-            for i, n in enumerate(np.linspace(45, 560, 36))]
-
-
 def test_p_yes_against_llama_cpp_over_a_fixed_prompt_set(triton, decider):
     requests = fixed_requests()
     ours = [d.answers[0].p_yes for d in triton.decide_many(requests)]
     # llama.cpp one request per call: its logits depend on how a batch is split
     theirs = [decider.decide_request(r).answers[0].p_yes for r in requests]
-    gaps = np.abs(np.array(ours) - np.array(theirs))
+    gaps = p_yes_gaps(ours, theirs)
     assert np.percentile(gaps, 95) <= P95_TOL and gaps.max() <= MAX_TOL, gaps
-    for p, q in zip(ours, theirs, strict=True):
-        if abs(p - 0.5) >= CLEAR:
-            assert (p >= 0.5) == (q >= 0.5), (p, q)
 
 
 def test_an_fp16_overflow_fails_only_the_request_whose_text_overflows(catalog):
