@@ -15,6 +15,8 @@ from decider import Decider, Request, YesNo
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+# every engine reads the real file's tokenizer through llama.cpp (engines/vocab.py)
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 P_TOL = 0.02  # the GPU bound on p_yes against the fp32 reference
 
 
@@ -50,7 +52,6 @@ def test_p_yes_against_the_fp32_reference(gpu, reference):
 
 
 def test_p_yes_against_llama_cpp_over_the_fixed_prompt_set(gpu, catalog):
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     requests = fixed_requests()
     # llama.cpp with every layer on the GPU, one request per call (its logits depend on
     # how a batch is split)
