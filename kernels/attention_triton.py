@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from . import arrivals
+from .pdl import launch_options, let_next_launch, wait_for_inputs
 
 LOG2E = 1.4426950408889634
 MAX_BLOCKS = arrivals.SLOTS  # query blocks (times KV heads) of one split launch
@@ -71,7 +72,9 @@ def _attention_kernel(
     HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     SPLITS: tl.constexpr, MIN_PER: tl.constexpr, LONGEST_FIRST: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     kv_head = tl.program_id(1)
     pid_m = tl.program_id(0) // SPLITS
     if LONGEST_FIRST:  # a causal sequence's last blocks are its longest
@@ -136,6 +139,7 @@ def _attention_kernel(
                 & (rm[:, None] < end[None, :])
             s = tl.where(ok, s, float("-inf"))
         m_i, l_i, acc = _fold(s, v, m_i, l_i, acc, IEEE)
+    let_next_launch(PDL)
     o_ptrs = o_ptr + rm[:, None] * stride_ot + head[:, None] * stride_oh + rd[None, :]
     o_mask = m_ok[:, None] & d_ok[None, :]
     if parts == 1:
@@ -252,6 +256,7 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
         SPLITS=splits, MIN_PER=min_per, LONGEST_FIRST=full and rows <= LONGEST_FIRST_ROWS,
+        **launch_options(q),
     )
     return out
 

@@ -8,14 +8,17 @@ import triton
 import triton.language as tl
 
 from .columns import FIELDS, HEADER
+from .pdl import launch_options, let_next_launch, wait_for_inputs
 
 BLOCK = 256  # tokens a program
 
 
 @triton.jit
 def _columns_kernel(packed_ptr, out_ptr, size, window, STEPS: tl.constexpr,
-                    FIELDS: tl.constexpr, HEADER: tl.constexpr, BLOCK: tl.constexpr):
+                    FIELDS: tl.constexpr, HEADER: tl.constexpr, BLOCK: tl.constexpr,
+                    PDL: tl.constexpr):
     """A chain's fields at offsets 0-5: pos0, lo_full, end, before, follow, start."""
+    wait_for_inputs(PDL)
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     t = tl.load(packed_ptr)
     chains = packed_ptr + HEADER + t
@@ -42,6 +45,7 @@ def _columns_kernel(packed_ptr, out_ptr, size, window, STEPS: tl.constexpr,
     ids = tl.load(packed_ptr + HEADER + i, mask=real, other=0)
     lo_full = tl.where(real, tl.load(chain + 1, mask=real, other=0), i)
     end = tl.where(real, tl.load(chain + 2, mask=real, other=0), i + 1)
+    let_next_launch(PDL)
     ok = i < size
     tl.store(out_ptr + i, ids, mask=ok)
     tl.store(out_ptr + size + i, tl.where(real, pos, 0), mask=ok)
@@ -56,5 +60,5 @@ def columns_triton(packed: torch.Tensor, size: int, window: int) -> torch.Tensor
     out = torch.empty(5, size, dtype=torch.int32, device=packed.device)
     _columns_kernel[(triton.cdiv(size, BLOCK),)](
         packed, out, size, window, STEPS=size.bit_length(), FIELDS=FIELDS, HEADER=HEADER,
-        BLOCK=BLOCK, num_warps=4)
+        BLOCK=BLOCK, num_warps=4, **launch_options(packed))
     return out

@@ -8,6 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import launch_options, let_next_launch, wait_for_inputs
+
 
 @triton.jit
 def _norm(x, w, mask, n, eps):
@@ -18,19 +20,23 @@ def _norm(x, w, mask, n, eps):
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, T, N, stride_x, stride_o, eps, ROWS: tl.constexpr,
-                     BLOCK: tl.constexpr):
+                     BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]  # [R, 1]
     c = tl.arange(0, BLOCK)
     mask = (r < T) & (c < N)[None, :]
     x = tl.load(x_ptr + r * stride_x + c[None, :], mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + c, mask=c < N, other=0.0)
+    let_next_launch(PDL)
     tl.store(o_ptr + r * stride_o + c[None, :],
              _norm(x, w, mask, N, eps).to(o_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, xo_ptr, h_ptr, T, N, stride_x,
-                         stride_y, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                         stride_y, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                         PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]  # [R, 1]
     c = tl.arange(0, BLOCK)
     mask = (r < T) & (c < N)[None, :]
@@ -38,6 +44,7 @@ def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, xo_ptr, h_ptr, T, N, stri
     x = tl.load(x_ptr + r * stride_x + c[None, :], mask=mask, other=0.0).to(tl.float32)
     wy = tl.load(wy_ptr + c, mask=c < N, other=0.0)
     wn = tl.load(wn_ptr + c, mask=c < N, other=0.0)
+    let_next_launch(PDL)
     # norm(y) rounded to y's dtype and the stream to its own, as the torch reference does
     x = (x + _norm(y, wy, mask, N, eps).to(y_ptr.dtype.element_ty).to(tl.float32))
     x = x.to(xo_ptr.dtype.element_ty)
@@ -48,8 +55,10 @@ def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, xo_ptr, h_ptr, T, N, stri
 
 @triton.jit
 def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, T, NQ,
-                         stride_t, stride_h, eps, HALF: tl.constexpr, ROWS: tl.constexpr):
+                         stride_t, stride_h, eps, HALF: tl.constexpr, ROWS: tl.constexpr,
+                         PDL: tl.constexpr):
     """One head (program axis 1) of ROWS tokens: the head's halves as [R, D / 2] tiles."""
+    wait_for_inputs(PDL)
     t = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]  # [R, 1]
     head = tl.program_id(1)
     c = tl.arange(0, HALF)[None, :]  # [1, D / 2]
@@ -64,6 +73,7 @@ def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, T, NQ
     x1, x2 = x1 * r * w1, x2 * r * w2
     p = tl.load(pos_ptr + t, mask=t < T, other=0)
     cs, sn = tl.load(cos_ptr + p * HALF + c), tl.load(sin_ptr + p * HALF + c)
+    let_next_launch(PDL)
     ty = x_ptr.dtype.element_ty
     tl.store(base + c, (x1 * cs - x2 * sn).to(ty), mask=mask)
     tl.store(base + HALF + c, (x2 * cs + x1 * sn).to(ty), mask=mask)
@@ -77,13 +87,15 @@ def gelu_tanh(g):
 
 
 @triton.jit
-def _gelu_mul_kernel(gu_ptr, o_ptr, F, stride_gu, BLOCK: tl.constexpr):
+def _gelu_mul_kernel(gu_ptr, o_ptr, F, stride_gu, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     row, blk = tl.program_id(0), tl.program_id(1)
     c = blk * BLOCK + tl.arange(0, BLOCK)
     mask = c < F
     pairs = 2 * c[:, None] + tl.arange(0, 2)[None, :]  # [BLOCK, 2]: gate, up side by side
     g, u = tl.split(tl.load(gu_ptr + row * stride_gu + pairs, mask=mask[:, None],
                             other=0.0).to(tl.float32))
+    let_next_launch(PDL)
     tl.store(o_ptr + row * F + c, (gelu_tanh(g) * u).to(o_ptr.dtype.element_ty), mask=mask)
 
 
@@ -116,7 +128,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | 
         rows, warps = tile or _tile(len(x), "norm")
         _rms_norm_kernel[(triton.cdiv(len(x), rows),)](
             x, w, out, len(x), n, x.stride(0), out.stride(0), eps, ROWS=rows,
-            BLOCK=triton.next_power_of_2(n), num_warps=warps)
+            BLOCK=triton.next_power_of_2(n), num_warps=warps, **launch_options(x))
     return out
 
 
@@ -136,7 +148,7 @@ def add_rms_norm(x, y, w_y, w_next, eps, *, tile: tuple[int, int] | None = None)
         rows, warps = tile or _tile(len(x), "norm")
         _add_rms_norm_kernel[(triton.cdiv(len(x), rows),)](
             x, y, w_y, w_next, x_out, h, len(x), n, x.stride(0), y.stride(0), eps, ROWS=rows,
-            BLOCK=triton.next_power_of_2(n), num_warps=warps)
+            BLOCK=triton.next_power_of_2(n), num_warps=warps, **launch_options(x))
     return x_out, h
 
 
@@ -156,7 +168,7 @@ def qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps, *, tile: tuple[int, int]
         rows, warps = tile or _tile(t, "rope")
         _qk_norm_rope_kernel[(triton.cdiv(t, rows), heads)](
             x, w_q, w_k, pos, cos, sin, t, n_q, x.stride(0), x.stride(1), eps, HALF=d // 2,
-            ROWS=rows, num_warps=warps)
+            ROWS=rows, num_warps=warps, **launch_options(x))
 
 
 def gelu_mul(gu: torch.Tensor) -> torch.Tensor:
@@ -167,5 +179,5 @@ def gelu_mul(gu: torch.Tensor) -> torch.Tensor:
     if len(gu):
         block = min(1024, triton.next_power_of_2(f))
         _gelu_mul_kernel[(len(gu), triton.cdiv(f, block))](gu, out, f, gu.stride(0),
-                                                          BLOCK=block)
+                                                          BLOCK=block, **launch_options(gu))
     return out

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from . import arrivals
 from .fused_triton import gelu_mul, gelu_tanh
+from .pdl import launch_options, let_next_launch, wait_for_inputs
 from .qmatmul import QWeight
 
 LARGE_M = 1024  # rows from which dequantize + cuBLAS wins
@@ -90,7 +91,7 @@ def _qmatmul_kernel(
     stride_xm, stride_cn, stride_sn, stride_ym,
     BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, HAS_ROWS: tl.constexpr,
     IEEE: tl.constexpr, LSE: tl.constexpr, GELU: tl.constexpr, SPLIT_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
 ):
     """y = x @ W.T (GELU: then gelu_tanh(gate) * up of W's interleaved gate and up rows);
     or (LSE) per row and column block, the max of its logits in y and the sum of their
@@ -101,6 +102,7 @@ def _qmatmul_kernel(
     and counts itself in count_ptr[tile]; the tile's last program adds the slices up in
     a fixed order (the result does not depend on which program came last), writes y and
     resets the count for the next launch."""
+    wait_for_inputs(PDL)
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -126,6 +128,7 @@ def _qmatmul_kernel(
             acc = tl.dot(x, w, acc, input_precision="ieee")
         else:
             acc = tl.dot(x, w, acc)
+    let_next_launch(PDL)
     mn_ok = m_ok[:, None] & n_ok[None, :]
     if LSE:
         s = tl.where(n_ok[None, :], acc, float("-inf"))
@@ -178,10 +181,11 @@ def _embed_tile(codes_ptr, scale_ptr, offset_ptr, ids, k0, stride_cn, stride_sn,
 def _embed_rms_norm_kernel(codes_ptr, scale_ptr, offset_ptr, ids_ptr, s_ptr, norm_ptr, x_ptr,
                            h_ptr, T, K, stride_cn, stride_sn, eps, BITS: tl.constexpr,
                            GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr, ROWS: tl.constexpr,
-                           BLOCK_K: tl.constexpr):
+                           BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     """x = the scaled embedding rows of ids (fp32), h = x / rms(x) * norm (in h's dtype):
     a pass over K that writes x and sums its squares, then one that writes h (the tiles
     made again from the codes, which the first pass left in the cache)."""
+    wait_for_inputs(PDL)
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     r_ok = (r < T)[:, None]
     ids = tl.load(ids_ptr + r, mask=r < T, other=0).to(tl.int64)
@@ -195,6 +199,7 @@ def _embed_rms_norm_kernel(codes_ptr, scale_ptr, offset_ptr, ids_ptr, s_ptr, nor
         tl.store(x_ptr + r[:, None] * K + k[None, :], x, mask=r_ok)
         squares += tl.sum(x * x, 1)
     inv = tl.rsqrt(squares / K + eps)[:, None]
+    let_next_launch(PDL)
     for k0 in range(0, K, BLOCK_K):
         x = _embed_tile(codes_ptr, scale_ptr, offset_ptr, ids, k0, stride_cn, stride_sn, s,
                         BITS, GROUP, HAS_OFFSET, ROWS, BLOCK_K, dtype)
@@ -318,7 +323,7 @@ def embed_rms_norm_triton(w: QWeight | torch.Tensor, ids: torch.Tensor, scale: t
             codes, scales, offset, ids, scale, norm, x, h, t, k, codes.stride(0),
             scales.stride(0), eps, BITS=bits, GROUP=bk if dense else group,
             HAS_OFFSET=not dense and w.offset is not None, ROWS=rows, BLOCK_K=bk,
-            num_warps=warps)
+            num_warps=warps, **launch_options(ids))
     return x, h
 
 
@@ -439,14 +444,16 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
     total = torch.empty_like(top)
     if m:
         _launch(x, w, top, total, blocks, lse=True)
-        _lse_combine_kernel[(m,)](top, total, out, cols, BLOCK=1024)
+        _lse_combine_kernel[(m,)](top, total, out, cols, BLOCK=1024, **launch_options(x))
     return out
 
 
 @triton.jit
-def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr):
+def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr,
+                        PDL: tl.constexpr):
     """out[row] = logsumexp of the row's column blocks: max + log(sum(total * exp(top -
     max)))."""
+    wait_for_inputs(PDL)
     row = tl.program_id(0)
     peak = tl.full((BLOCK,), float("-inf"), tl.float32)
     for c0 in range(0, COLS, BLOCK):
@@ -459,6 +466,7 @@ def _lse_combine_kernel(top_ptr, total_ptr, out_ptr, COLS, BLOCK: tl.constexpr):
         c = c0 + tl.arange(0, BLOCK)
         t = tl.load(top_ptr + row * COLS + c, mask=c < COLS, other=float("-inf"))
         acc += tl.load(total_ptr + row * COLS + c, mask=c < COLS, other=0.0) * tl.exp(t - peak_all)
+    let_next_launch(PDL)
     tl.store(out_ptr + row, peak_all + tl.log(tl.sum(acc, 0)))
 
 
@@ -486,4 +494,5 @@ def _launch(x, w: QWeight | torch.Tensor, y, z, blocks: Blocks, lse: bool = Fals
         HAS_ROWS=rows is not None, IEEE=x.dtype == torch.float32, LSE=lse, GELU=gelu,
         SPLIT_K=split,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
+        **launch_options(x),
     )
