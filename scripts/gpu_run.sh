@@ -52,13 +52,12 @@ if [ -n "${BASE:-}" ]; then  # A/B on one machine: BASE is one or more commits' 
     done
   done | tee "$out/ab.txt"
 fi
-for shape in ${SHAPES:-gemma-3-270m}; do
-  python3 -m decider.cli bench --engines "${ENGINES:-triton,reference:bfloat16}" \
-    --shape "$shape" --n-ctx "${N_CTX:-32768}" --repeat "${REPEAT:-10}" 2>&1 \
-    | tee "$out/bench_engines_$shape.txt" | tail -8
-done
-for model in ${MODELS:-}; do
-  python3 -m decider.cli bench "$model" --engines "${ENGINES:-triton,reference:bfloat16}" \
+bench_engines() {  # $1: the results' name; the rest: what picks the weights
+  local name=$1
+  shift
+  python3 -m decider.cli bench "$@" --engines "${ENGINES:-triton,reference:bfloat16}" \
     --n-ctx "${N_CTX:-32768}" --repeat "${REPEAT:-10}" 2>&1 \
-    | tee "$out/bench_engines_model_$model.txt" | tail -8
-done
+    | tee "$out/bench_engines_$name.txt" | tail -8
+}
+for shape in ${SHAPES:-gemma-3-270m}; do bench_engines "$shape" --shape "$shape"; done
+for model in ${MODELS:-}; do bench_engines "model_$model" "$model"; done

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from decider import Request, YesNo
+from decider import Decider, Request, YesNo
 
 # The issue's bounds for p_yes, Triton against llama.cpp over a fixed set of prompts
 # (llama.cpp's Q4_K_M arithmetic against fp32 was measured at median 0.017, p95 0.049,
@@ -31,6 +31,13 @@ def fixed_requests() -> list[Request]:
                  "Is this about a login problem?"]
     return [Request(words(rng, int(n)), (YesNo(questions[i % 6]),))
             for i, n in enumerate(np.linspace(45, 560, 36))]
+
+
+def p_yes(decider: Decider, requests: list[Request], alone: bool) -> list[float]:
+    """Each request's p_yes: one engine call each, or all in one."""
+    decisions = ([decider.decide_request(r) for r in requests] if alone
+                 else decider.decide_many(requests))
+    return [d.answers[0].p_yes for d in decisions]
 
 
 def p_yes_gaps(ours: Sequence[float], theirs: Sequence[float]) -> np.ndarray:

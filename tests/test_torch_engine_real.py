@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from real_prompts import MAX_TOL, P95_TOL, fixed_requests, p_yes_gaps, words
+from real_prompts import MAX_TOL, P95_TOL, fixed_requests, p_yes, p_yes_gaps, words
 
 from decider import Decider, Request, YesNo
 from decider.engines import Branch, ScoreJob
@@ -98,10 +98,8 @@ def test_a_decision_through_decider_with_each_engine(triton, reference):
 
 def test_p_yes_against_llama_cpp_over_a_fixed_prompt_set(triton, decider):
     requests = fixed_requests()
-    ours = [d.answers[0].p_yes for d in triton.decide_many(requests)]
     # llama.cpp one request per call: its logits depend on how a batch is split
-    theirs = [decider.decide_request(r).answers[0].p_yes for r in requests]
-    gaps = p_yes_gaps(ours, theirs)
+    gaps = p_yes_gaps(p_yes(triton, requests, alone=False), p_yes(decider, requests, alone=True))
     assert np.percentile(gaps, 95) <= P95_TOL and gaps.max() <= MAX_TOL, gaps
 
 

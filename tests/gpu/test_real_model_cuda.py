@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from real_prompts import MAX_TOL, P95_TOL, fixed_requests, p_yes_gaps, words
+from real_prompts import MAX_TOL, P95_TOL, fixed_requests, p_yes, p_yes_gaps, words
 
 from decider import Decider, Request, YesNo
 
@@ -31,13 +31,6 @@ def gpu(catalog):
 def reference(catalog):  # transformers, fp32, on the CPU: the oracle
     with Decider("gemma-3-270m", engine="reference", catalog=catalog, n_ctx=2048) as d:
         yield d
-
-
-def p_yes(decider: Decider, requests: list[Request], alone: bool) -> list[float]:
-    """Each request's p_yes: one engine call each, or all in one."""
-    decisions = ([decider.decide_request(r) for r in requests] if alone
-                 else decider.decide_many(requests))
-    return [d.answers[0].p_yes for d in decisions]
 
 
 def test_p_yes_against_the_fp32_reference(gpu, reference):
