@@ -47,3 +47,8 @@ def p_yes_gaps(ours: Sequence[float], theirs: Sequence[float]) -> np.ndarray:
         if abs(p - 0.5) >= CLEAR:
             assert (p >= 0.5) == (q >= 0.5), (p, q)
     return np.abs(np.array(ours) - np.array(theirs))
+
+
+def assert_within_llama_bounds(gaps: np.ndarray) -> None:
+    """The issue's bounds on |p_yes gap| against llama.cpp over the fixed prompt set."""
+    assert np.percentile(gaps, 95) <= P95_TOL and gaps.max() <= MAX_TOL, gaps

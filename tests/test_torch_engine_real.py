@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from real_prompts import MAX_TOL, P95_TOL, fixed_requests, p_yes, p_yes_gaps, words
+from real_prompts import assert_within_llama_bounds, fixed_requests, p_yes, p_yes_gaps, words
 
 from decider import Decider, Request, YesNo
 from decider.engines import Branch, ScoreJob
@@ -100,7 +100,7 @@ def test_p_yes_against_llama_cpp_over_a_fixed_prompt_set(triton, decider):
     requests = fixed_requests()
     # llama.cpp one request per call: its logits depend on how a batch is split
     gaps = p_yes_gaps(p_yes(triton, requests, alone=False), p_yes(decider, requests, alone=True))
-    assert np.percentile(gaps, 95) <= P95_TOL and gaps.max() <= MAX_TOL, gaps
+    assert_within_llama_bounds(gaps)
 
 
 def test_an_fp16_overflow_fails_only_the_request_whose_text_overflows(catalog):

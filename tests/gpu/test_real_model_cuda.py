@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from real_prompts import MAX_TOL, P95_TOL, fixed_requests, p_yes, p_yes_gaps, words
+from real_prompts import assert_within_llama_bounds, fixed_requests, p_yes, p_yes_gaps, words
 
 from decider import Decider, Request, YesNo
 
@@ -52,4 +52,4 @@ def test_p_yes_against_llama_cpp_over_the_fixed_prompt_set(gpu, catalog):
                  n_gpu_layers=-1) as llama:
         theirs = p_yes(llama, requests, alone=True)
     gaps = p_yes_gaps(p_yes(gpu, requests, alone=False), theirs)
-    assert np.percentile(gaps, 95) <= P95_TOL and gaps.max() <= MAX_TOL, gaps
+    assert_within_llama_bounds(gaps)
