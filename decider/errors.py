@@ -68,6 +68,21 @@ class PromptTooLong(DeciderError):
         )
 
 
+class WorkTooLarge(DeciderError):
+    """The tokens a request's engine call would place are over the work bound."""
+
+    kind = "out_of_range"
+    reason = "WORK_TOO_LARGE"
+
+    def __init__(self, work_tokens: int, limit: int) -> None:
+        super().__init__(
+            f"the request needs {work_tokens} tokens of engine work, over the limit of "
+            f"{limit} (max_work_tokens: --max-work-tokens, or [limits] max_work_tokens in "
+            "the config file); ask fewer questions or give fewer or shorter labels",
+            work_tokens=work_tokens, max_work_tokens=limit,
+        )
+
+
 class EngineNoLogits(DeciderError):
     """The engine returned rows no forward pass wrote (sentinel, zeros, stale or non-finite)."""
 

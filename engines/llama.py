@@ -166,8 +166,15 @@ class LlamaEngine:
 
     # -- Engine protocol -------------------------------------------------------------
 
-    def tokenize(self, text: str) -> list[int]:
-        return tokenize_with(self._vocab, text)
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        return tokenize_with(self._vocab, text, special)
+
+    def placed_tokens(self, job: ScoreJob) -> int:
+        """The prefix once, then each decode group's token tree: a branch's suffix is
+        placed again in every group its leaves span."""
+        tries = [label_trie(b.candidates) for b in job.branches]
+        return len(job.prefix) + sum(len(self._group_entries(job, group))
+                                     for group in self._groups(job, tries))
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
         check_windows(jobs, self.info.n_ctx)
@@ -312,14 +319,28 @@ class LlamaEngine:
         return np.ctypeslib.as_array(base, shape=((j + 1) * self._n_vocab,))[j * self._n_vocab:]
 
 
-def tokenize_with(vocab, text: str) -> list[int]:
-    """Token ids of `text` in a llama.cpp vocabulary: no BOS added, special tokens parsed."""
+def tokenize_with(vocab, text: str, special: bool = False) -> list[int]:
+    """Token ids of `text` in a llama.cpp vocabulary, no BOS added. special: control
+    tokens spelled in the text are parsed (the prompt template's markers); otherwise the
+    text stays text, even where llama.cpp would match a token that is both user-defined
+    and control (Gemma 3's `</s>`): that spelling is split after its first
+    character, so no control token comes out of user text."""
     data = text.encode("utf-8")
     buf = (ll.llama_token * (len(data) + 8))()
-    n = ll.llama_tokenize(vocab, data, len(data), buf, len(buf), False, True)
+    n = ll.llama_tokenize(vocab, data, len(data), buf, len(buf), False, special)
     if n < 0:  # cannot happen with one slot per byte, but never read past the buffer
         raise EngineFailure(f"tokenizer needed {-n} slots for {len(data)} bytes")
-    return buf[:n]
+    ids = buf[:n]
+    if special:
+        return ids
+    control = next((i for i in ids
+                    if ll.llama_vocab_get_attr(vocab, i) & ll.LLAMA_TOKEN_ATTR_CONTROL), None)
+    if control is None:
+        return ids
+    at = text.find(ll.llama_vocab_get_text(vocab, control).decode("utf-8", "replace")) + 1
+    if not 0 < at < len(text):  # a spelling llama.cpp stores otherwise: nothing to split
+        return ids
+    return tokenize_with(vocab, text[:at]) + tokenize_with(vocab, text[at:])
 
 
 def _leaves(trie: dict[Tokens, Tokens]) -> list[Tokens]:
