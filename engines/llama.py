@@ -88,7 +88,7 @@ class LlamaEngine:
         self._prev_outputs = 0  # rows the last decode wrote: poisoned before the next one
         self._model = self._ctx = self._batch = None
         try:
-            with _captured_log() as lines:
+            with captured_log() as lines:
                 n_ctx = self._load(path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers,
                                    flash_attn, repack)
         except BaseException:
@@ -130,7 +130,8 @@ class LlamaEngine:
         mparams.use_extra_bufts = repack
         self._model = ll.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
-            raise EngineFailure(f"llama.cpp could not load {path}", model_path=path)
+            raise EngineFailure(f"llama.cpp could not load {path}: {load_error(_captured)}",
+                                model_path=path)
         self._vocab = ll.llama_model_get_vocab(self._model)
         n_ctx_train = ll.llama_model_n_ctx_train(self._model)
         n_ctx = resolve_n_ctx(n_ctx, n_ctx_train)
@@ -357,7 +358,7 @@ def _logsumexp(row: np.ndarray) -> float:
 
 
 @contextmanager
-def _captured_log() -> Iterator[list[str]]:
+def captured_log() -> Iterator[list[str]]:
     global _captured
     with _capture_lock:
         _captured = lines = []
@@ -365,6 +366,13 @@ def _captured_log() -> Iterator[list[str]]:
             yield lines
         finally:
             _captured = None
+
+
+def load_error(lines: list[str] | None) -> str:
+    """Why llama.cpp refused a file, from what it logged while loading: its error lines."""
+    lines = [line.strip() for line in lines or () if line.strip()]
+    errors = [line for line in lines if "error" in line or "failed" in line]
+    return "; ".join(errors[-3:] or lines[-1:]) or "llama.cpp logged no reason"
 
 
 def _kv_caches(lines: list[str]) -> list[tuple[int, int, int]]:

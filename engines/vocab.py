@@ -32,14 +32,15 @@ class Vocab:
             self._hf_plain = Tokenizer.from_str(self._hf.to_str())
             self._hf_plain.encode_special_tokens = True  # a per-tokenizer switch, not per call
             return
-        from .llama import ll  # initialises llama.cpp and routes its log lines away
+        from .llama import captured_log, ll, load_error  # initialises llama.cpp; its log
 
         params = ll.llama_model_default_params()
         params.vocab_only = True
-        self._model = ll.llama_model_load_from_file(str(path).encode(), params)
+        with captured_log() as lines:
+            self._model = ll.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
-            raise EngineFailure(f"llama.cpp could not load the tokenizer of {path}",
-                                model_path=path)
+            raise EngineFailure(f"llama.cpp could not load the tokenizer of {path}: "
+                                f"{load_error(lines)}", model_path=path)
         self._vocab = ll.llama_model_get_vocab(self._model)
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
