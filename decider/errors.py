@@ -50,6 +50,16 @@ class ModelNotFound(DeciderError):
     reason = "MODEL_NOT_FOUND"
 
 
+class ModelCorrupt(ModelNotFound):
+    """A model file on disk is not the file its catalog entry describes."""
+
+    reason = "MODEL_CORRUPT"
+
+    def __init__(self, name: str, path: object, what: str, repair: str) -> None:
+        super().__init__(f"model {name!r}: {path} is corrupt ({what}); {repair}",
+                         model=name, path=path)
+
+
 class PromptTooLong(DeciderError):
     """The prompt does not fit the loaded window; decider never truncates."""
 
