@@ -211,7 +211,7 @@ def request_from_dict(data: object, limits: Limits = Limits()) -> Request:
     bad: list[FieldViolation] = []
     unknown = set(data) - {"text", "questions", "instructions"}
     for key in sorted(unknown):
-        bad.append(FieldViolation(key, "unknown field"))
+        bad.append(FieldViolation(key if key.strip() else repr(key), "unknown field"))
     raw_questions = data.get("questions")
     questions: list[Question] = []
     if not isinstance(raw_questions, list):
