@@ -152,7 +152,7 @@ class Catalog:
         """The sha256 of the entry's file, once its size (and, where it changed since it
         was last verified, its sha256) match; ModelCorrupt otherwise."""
         path = self.local_path(entry)
-        repair = (f"replace the file (its catalog entry expects another)"
+        repair = ("replace the file (its catalog entry expects another)"
                   if entry.source == "file" else f"repair it with: decider pull {entry.name}")
         return self.verifier.check(path, name=entry.name, size=entry.size, sha256=entry.sha256,
                                    repair=repair, ours=entry.source != "file")

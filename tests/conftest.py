@@ -2,16 +2,16 @@
 run's random seed and the seeded generators drawn from it; Hypothesis's profiles.
 
 Random data: every test that draws it takes the `rng` fixture (numpy, and torch's global
-generator seeded alike). The run's seed is printed in the header and each test's seed
-in its output; DECIDER_TEST_SEED=N replays a run (Hypothesis too: it gets the same seed
-unless --hypothesis-seed is given). Hypothesis profiles, by DECIDER_HYPOTHESIS_PROFILE:
-"ci" (the default: 500 examples a property) and "deep" (20,000 a property, 100,000 or
-more in all: tests/test_parsers.py says how to run it).
+generator seeded alike); a fixture of a wider scope calls helpers.seeds.seeded. The
+run's seed is printed in the header and each test's seed in its output;
+DECIDER_TEST_SEED=N replays a run (Hypothesis too: it gets the same seed unless
+--hypothesis-seed is given). Hypothesis profiles, by DECIDER_HYPOTHESIS_PROFILE: "ci"
+(the default: 500 examples a property) and "deep" (20,000 a property, 120,000 in all:
+tests/test_parsers.py says how to run it).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -22,8 +22,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from decider.catalog import Catalog
-
-RUN_SEED = int(os.environ.get("DECIDER_TEST_SEED") or np.random.SeedSequence().entropy % 2**32)
+from helpers.seeds import RUN_SEED, seeded
 
 for name, examples in (("ci", 500), ("deep", 20_000)):
     settings.register_profile(name, max_examples=examples, deadline=None, print_blob=True,
@@ -44,29 +43,8 @@ def pytest_report_header(config):
 
 @pytest.fixture
 def rng(request) -> np.random.Generator:
-    """A numpy generator seeded from the run's seed and the test's id (so a test's data
-    does not depend on which tests ran before it); torch's global generator gets the same
-    seed when torch is loaded. The seed is printed: pytest shows it with a failure."""
-    key = f"{RUN_SEED}:{request.node.nodeid}".encode()
-    seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
-    print(f"rng seed {seed} (DECIDER_TEST_SEED={RUN_SEED})")
-    if "torch" in sys.modules:
-        sys.modules["torch"].manual_seed(seed)
-    return np.random.default_rng(seed)
-
-
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-# Without a GPU the Triton kernels are tested in Triton's interpreter, which must be on
-# before anything imports triton (transformers does, for the reference engine).
-if not _cuda():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    """Random data for one test: numpy's generator, torch's global one seeded alike."""
+    return seeded(request.node.nodeid)
 
 
 @pytest.fixture(scope="session")

@@ -320,3 +320,21 @@ def test_the_python_api_writes_nothing_but_what_the_caller_prints(model_path):
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.decode().strip() in ("True", "False")
     assert "model loaded" in out.stderr.decode()
+
+
+def test_the_readmes_example_files_ship_and_run_as_written(run_cli):
+    root = Path(__file__).parents[1]
+    readme = (root / "README.md").read_text()
+    assert ". .venv/bin/activate" in readme  # how a bare `decider` gets on PATH
+    ticket, requests = root / "examples" / "ticket.txt", root / "examples" / "requests.jsonl"
+    assert f"cat {ticket.relative_to(root)} | decider run" in readme
+    assert f"--jsonl {requests.relative_to(root)}" in readme
+    out = run_cli("run", "gemma-3-270m", "--jsonl", str(requests))
+    assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
+    got = [json.loads(x) for x in out.stdout.decode().splitlines()]
+    assert [g["line"] for g in got] == [1, 2, 3]
+    for g in got:
+        jsonschema.validate(g, SCHEMA)
+    out = run_cli("run", "gemma-3-270m", "-q", "Is a refund requested?", "--json",
+                  stdin=ticket.read_bytes())
+    assert out.returncode == 0 and json.loads(out.stdout)["answers"][0]["type"] == "yes_no"

@@ -164,8 +164,8 @@ flags = st.lists(st.one_of(
 good_runs = st.tuples(words, words, st.lists(words, max_size=3), st.booleans()).map(
     lambda t: ["run", "gemma-3-270m", t[0], "-q", t[1], *sum((["-l", x] for x in t[2]), []),
                *(["--multi"] if t[3] else [])])
-argvs = good_runs | st.tuples(st.sampled_from(["run", "serve", "bench", "models", "pull", "health"]),
-                  st.lists(argv_text, max_size=2), flags).map(
+commands = st.sampled_from(["run", "serve", "bench", "models", "pull", "health"])
+argvs = good_runs | st.tuples(commands, st.lists(argv_text, max_size=2), flags).map(
     lambda t: [t[0], *(["gemma-3-270m", "some text"] if t[0] == "run" else t[1]), *t[2]])
 
 

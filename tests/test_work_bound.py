@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from decider import Choice, Limits, MultiLabel, Request, YesNo
+from decider import Choice, Limits, MultiLabel, Request
 from decider.engines import Branch, ScoreJob, label_trie
 from decider.errors import WorkTooLarge
 
