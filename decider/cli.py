@@ -308,7 +308,7 @@ def jsonl_request(n: int, line: str, limits: Limits) -> Request:
 
 def _error_dict(e: DeciderError) -> dict:
     out = {"reason": e.reason, "message": e.message, **e.metadata}
-    if isinstance(e, InvalidRequest):
+    if getattr(e, "violations", ()):  # InvalidRequest, or a daemon's (RemoteError)
         out["violations"] = [{"field": v.field, "description": v.description}
                              for v in e.violations]
     return out
