@@ -11,10 +11,9 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
+from . import __version__, jsonl
 from .engines import DTYPES
 from .errors import DeciderError, FieldViolation, InvalidRequest, ModelNotFound
 from .questions import Choice, Label, Limits, MultiLabel, Question, Request, Scale, YesNo
@@ -217,6 +216,10 @@ def _format(decision) -> str:
     return "\n".join(lines)
 
 
+def _worst(errors: list[DeciderError]) -> int:
+    return max(map(exit_code, errors), default=EXIT_OK)
+
+
 def _report(error: DeciderError) -> int:
     print(f"decider: {error.reason}: {error.message}", file=sys.stderr)
     return exit_code(error)
@@ -229,7 +232,7 @@ def run_input(args: argparse.Namespace, limits: Limits) -> list[str] | Request:
         if args.text is not None or args.question is not None:
             raise InvalidRequest([FieldViolation("--jsonl", "cannot be combined with TEXT or "
                                                  "--question: each line carries its own")])
-        return _jsonl_lines(args.jsonl)
+        return jsonl.read_lines(args.jsonl)
     if args.question is None:
         raise InvalidRequest([FieldViolation("--question", "is required (or use --jsonl)")])
     return Request(_read_text(args.text), (_question(args),), args.instructions
@@ -245,7 +248,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _run_remote(args, work)
     with Decider(args.model, limits=cfg.limits, **_load_options(cfg)) as decider:
         if isinstance(work, list):
-            return _run_jsonl(decider.decide_request, work, cfg.limits)
+            return _worst(jsonl.answer(decider.decide_request, work, cfg.limits))
         decision = decider.decide_request(work)
     print(json.dumps(decision.to_dict(), indent=2) if args.json else _format(decision))
     return EXIT_OK
@@ -256,62 +259,11 @@ def _run_remote(args: argparse.Namespace, work: list[str] | Request) -> int:
 
     with DeciderClient(args.server, timeout=None) as client:
         if isinstance(work, list):
-            return _run_jsonl(lambda req: client.decide_request(req, args.model), work,
-                              Limits())  # the daemon applies its own limits too
+            return _worst(jsonl.answer(lambda req: client.decide_request(req, args.model),
+                                       work, Limits()))  # and the daemon's own limits
         decision = client.decide_request(work, args.model)
     print(json.dumps(decision.to_dict(), indent=2) if args.json else _format(decision))
     return EXIT_OK
-
-
-def _jsonl_lines(path: str) -> list[str]:
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as e:
-        raise InvalidRequest([FieldViolation("--jsonl", f"cannot read {path}: {e.strerror}")]
-                             ) from None
-    try:
-        return raw.decode("utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise InvalidRequest([FieldViolation("--jsonl", f"is not valid UTF-8 (byte {e.start})")]
-                             ) from None
-
-
-def _run_jsonl(decide, lines: Sequence[str], limits: Limits) -> int:
-    """One JSON line out per line in, in order, each carrying its line number: the
-    decision, or {"error": ...} (a blank line too). Exit: the worst line's."""
-    worst = EXIT_OK
-    for n, line in enumerate(lines, 1):
-        try:
-            out = decide(jsonl_request(n, line, limits)).to_dict()
-        except DeciderError as e:
-            if e.reason == "ENGINE_RETURNED_NO_LOGITS":
-                raise  # the engine is broken: stop, do not answer the rest from it
-            out = {"error": _error_dict(e)}
-            worst = max(worst, exit_code(e))
-        print(json.dumps({"line": n, **out}, ensure_ascii=False), flush=True)
-    return worst
-
-
-def jsonl_request(n: int, line: str, limits: Limits) -> Request:
-    """Line n of a --jsonl file as a validated request."""
-    from .questions import request_from_dict
-
-    if not line.strip():
-        raise InvalidRequest([FieldViolation(f"line {n}", "is blank: give a JSON request")])
-    try:
-        data = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as e:
-        why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
-        raise InvalidRequest([FieldViolation(f"line {n}", f"not JSON: {why}")]) from None
-    return request_from_dict(data, limits)
-
-
-def _error_dict(e: DeciderError) -> dict:
-    out = {"reason": e.reason, "message": e.message, **e.metadata}
-    if getattr(e, "violations", ()):  # InvalidRequest, or a daemon's (RemoteError)
-        out["violations"] = [{"field": v.field, "description": v.description}
-                             for v in e.violations]
-    return out
 
 
 def _cmd_models(args: argparse.Namespace) -> int:

@@ -23,8 +23,9 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from decider.cli import flag_config, jsonl_request, parser, run_input
+from decider.cli import flag_config, parser, run_input
 from decider.config import parse_config
+from decider.jsonl import request_at
 from decider.errors import ConfigError, InvalidRequest
 from decider.questions import QUESTION_TYPES, Limits, Request, request_from_dict
 
@@ -85,7 +86,7 @@ def valid_or_refused(parse) -> object | None:
 
 @given(st.text(max_size=200) | json_values.map(json.dumps) | requests.map(json.dumps))
 def test_a_jsonl_line(line):
-    valid_or_refused(lambda: jsonl_request(7, line, LIMITS))
+    valid_or_refused(lambda: request_at(7, line, LIMITS))
 
 
 @given(requests | json_values)
