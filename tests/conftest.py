@@ -3,7 +3,7 @@ run's random seed and the seeded generators drawn from it; Hypothesis's profiles
 
 Random data: every test that draws it takes the `rng` fixture (numpy, and torch's global
 generator seeded alike); a fixture of a wider scope calls helpers.seeds.seeded. The
-run's seed is printed in the header and each test's seed in its output;
+run's seed is printed at the end of the run and each test's seed in its output;
 DECIDER_TEST_SEED=N replays a run (Hypothesis too: it gets the same seed unless
 --hypothesis-seed is given). Hypothesis profiles, by DECIDER_HYPOTHESIS_PROFILE: "ci"
 (the default: 500 examples a property) and "deep" (20,000 a property, 120,000 in all:
@@ -36,9 +36,10 @@ def pytest_configure(config):
         config.option.hypothesis_seed = str(RUN_SEED)
 
 
-def pytest_report_header(config):
-    return (f"random seed {RUN_SEED}: DECIDER_TEST_SEED={RUN_SEED} replays this run; "
-            f"Hypothesis profile {settings.get_current_profile_name()!r}")
+def pytest_terminal_summary(terminalreporter):  # shown with -q too
+    terminalreporter.write_line(
+        f"random seed {RUN_SEED}: DECIDER_TEST_SEED={RUN_SEED} replays this run; "
+        f"Hypothesis profile {settings.get_current_profile_name()!r}")
 
 
 @pytest.fixture
