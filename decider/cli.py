@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -417,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(e)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as a shell would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
