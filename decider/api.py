@@ -18,8 +18,9 @@ from decider.engines import Engine, load_engine
 
 from .answers import Decision, Usage
 from .catalog import Catalog, ModelEntry
-from .errors import ActivationOverflow, DeciderError, PromptTooLong
+from .errors import ActivationOverflow, DeciderError, PromptTooLong, WorkTooLarge
 from .guard import LogitsGuard
+from .logs import default_to_stderr
 from .plan import Plan, build_plan
 from .prompts import FORMATS
 from .questions import Limits, Question, Request
@@ -38,6 +39,7 @@ class Decider:
         catalog: Catalog | None = None,
         **engine_options,
     ) -> None:
+        default_to_stderr()
         catalog = catalog or Catalog()
         self.entry = model if isinstance(model, ModelEntry) else catalog.get(
             model or catalog.default)
@@ -105,12 +107,15 @@ class Decider:
             return e
 
     def plan(self, request: Request) -> Plan:
-        """Validate, tokenize and window-check one request (no engine pass)."""
+        """Validate, tokenize, window-check and cost one request (no engine pass)."""
         request.validate(self.limits)
         info = self.engine.info
         plan = build_plan(request, self.format, self.engine.tokenize, info.bos_id)
         if plan.window_tokens > info.n_ctx:
             raise PromptTooLong(plan.window_tokens, info.n_ctx)
+        work = self.engine.placed_tokens(plan.job)
+        if work > self.limits.max_work_tokens:
+            raise WorkTooLarge(work, self.limits.max_work_tokens)
         return plan
 
     def _decision(self, plan: Plan, results) -> Decision:

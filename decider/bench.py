@@ -20,7 +20,7 @@ import numpy as np
 
 from .api import Decider
 from .catalog import Catalog
-from .prompts import FORMATS, plan_branches
+from .prompts import FORMATS, plan_branches, prompt_text
 from .questions import YesNo
 
 WORDS = ("order parcel refund late broken screen price paid twice delivery support email "
@@ -74,18 +74,19 @@ class RawLlama:
         self.ll.llama_model_free(self.model)
 
 
-def run_bench(model: str | None, *, repeat: int, tokens: int, engine: str | None = None,
-              n_ctx: int | None = None, n_threads: int | None = None) -> dict:
+def run_bench(model: str | None, *, repeat: int, tokens: int, n_threads: int | None = None,
+              **options) -> dict:
+    """options: Decider's (engine, n_ctx, limits, engine options)."""
     threads = n_threads or os.cpu_count() or 1
     catalog = Catalog()
-    decider = Decider(model, engine=engine, n_ctx=n_ctx, catalog=catalog, n_threads=threads)
+    decider = Decider(model, catalog=catalog, n_threads=threads, **options)
     fmt = FORMATS[decider.entry.prompt_format]
     tok = decider.engine.tokenize
     text = " ".join(WORDS[i % len(WORDS)] for i in range(tokens))
-    while len(tok(fmt.render_prefix(text, ""))) > tokens - 16:  # ~`tokens` with the question
+    while len(tok(prompt_text(fmt.render_prefix(text, "")))) > tokens - 16:  # with the question
         text = text.rsplit(" ", 1)[0]
     question = YesNo(QUESTIONS[0])
-    prompt = fmt.render_prefix(text, "") + plan_branches(question, fmt)[0].suffix
+    prompt = prompt_text(fmt.render_prefix(text, "") + plan_branches(question, fmt)[0].suffix)
     raw = RawLlama(str(catalog.locate(decider.entry)), decider.n_ctx, threads)
     yes, no = tok(" yes")[0], tok(" no")[0]
     n_prompt = 1 + len(tok(prompt))

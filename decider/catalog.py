@@ -4,6 +4,8 @@ Shipped entries live in catalog.toml beside this file; users add or replace entr
 $DECIDER_CATALOG (else $XDG_CONFIG_HOME/decider/models.toml). Files go to the cache
 directory ($DECIDER_CACHE_DIR, else $XDG_CACHE_HOME/decider). Only `pull` touches the
 network; loading a model that is not on disk is refused with the command that fetches it.
+Every load verifies the file first (decider/verify.py); a corrupt cached copy is refused
+with the command that repairs it (`decider pull NAME` fetches or assembles it again).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from dataclasses import dataclass, fields
 from importlib import import_module, resources
 from pathlib import Path
 
-from .errors import ConfigError, ModelNotFound
+from .errors import ConfigError, ModelCorrupt, ModelNotFound
+from .verify import Verifier, file_sha256
 
 SOURCES = ("pypi", "huggingface", "file")
 PROMPT_FORMATS = ("plain", "gemma-chat")
@@ -97,6 +100,7 @@ class Catalog:
             self.entries.update(extra)
             self.default = default or self.default
         self.cache_dir = cache_dir or default_cache_dir()
+        self.verifier = Verifier(self.cache_dir / "verified")
 
     def get(self, name: str) -> ModelEntry:
         """The entry called `name`; a path to a .gguf file, or to a Hugging Face checkpoint
@@ -128,9 +132,12 @@ class Catalog:
         return path.is_file() or (entry.source == "file" and path.is_dir())
 
     def locate(self, entry: ModelEntry) -> Path:
-        """The model file, assembling a PyPI-shipped one on first use; never downloads."""
+        """The model file, verified, assembling a PyPI-shipped one on first use; never
+        downloads."""
         path = self.local_path(entry)
         if self.is_present(entry):
+            if path.is_file():  # a checkpoint directory is the torch engine's to check
+                self.verify(entry)
             return path
         if entry.source == "pypi":
             return self._assemble(entry, path)
@@ -141,8 +148,32 @@ class Catalog:
             )
         raise ModelNotFound(f"model file {path} does not exist", model=entry.name)
 
+    def verify(self, entry: ModelEntry) -> str:
+        """The sha256 of the entry's file, once its size (and, where it changed since it
+        was last verified, its sha256) match; ModelCorrupt otherwise."""
+        path = self.local_path(entry)
+        repair = ("replace the file (its catalog entry expects another)"
+                  if entry.source == "file" else f"repair it with: decider pull {entry.name}")
+        return self.verifier.check(path, name=entry.name, size=entry.size, sha256=entry.sha256,
+                                   repair=repair, ours=entry.source != "file")
+
+    def state(self, entry: ModelEntry) -> str:
+        """present, missing or corrupt (what `decider models` shows)."""
+        if not self.is_present(entry):
+            return "missing"
+        try:
+            if self.local_path(entry).is_file():
+                self.verify(entry)
+        except ModelCorrupt:
+            return "corrupt"
+        return "present"
+
     def pull(self, entry: ModelEntry) -> Path:
-        """Fetch a Hugging Face model into the cache (progress on stderr), or locate it."""
+        """Fetch a Hugging Face model into the cache (progress on stderr), or locate it;
+        a corrupt cached copy is removed and fetched (or assembled) again."""
+        if entry.source != "file" and self.state(entry) == "corrupt":
+            self.local_path(entry).unlink()
+            self.verifier.forget(self.local_path(entry))
         if entry.source != "huggingface" or self.is_present(entry):
             return self.locate(entry)
         from huggingface_hub import hf_hub_download  # only `pull` needs the Hub client
@@ -156,8 +187,12 @@ class Catalog:
                 local_dir=target.parent,
             )
         )
-        if entry.sha256:
-            _check_sha256(fetched, entry.sha256)
+        actual = file_sha256(fetched)
+        if entry.sha256 and actual != entry.sha256:
+            fetched.unlink(missing_ok=True)
+            raise ModelNotFound(f"{fetched} has sha256 {actual}, expected {entry.sha256}; "
+                                "removed it")
+        self.verifier.remember(fetched, actual)
         return fetched
 
     def _assemble(self, entry: ModelEntry, target: Path) -> Path:
@@ -194,22 +229,8 @@ class Catalog:
             os.replace(partial, target)  # a reader never sees half a file
         finally:
             partial.unlink(missing_ok=True)
+        self.verifier.remember(target, expected)
         return target
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _check_sha256(path: Path, expected: str) -> None:
-    actual = file_sha256(path)
-    if actual != expected:
-        path.unlink(missing_ok=True)
-        raise ModelNotFound(f"{path} has sha256 {actual}, expected {expected}; removed it")
 
 
 class _Progress:

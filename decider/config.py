@@ -5,19 +5,26 @@ or a bad value is refused with the file, the key and the reason, before READY=1.
                engine_call_limit_seconds, metrics_port, log_format, log_level, log_text
     [tls]      cert, key, client_ca, allow_insecure_tcp
     [model]    name, engine, n_ctx, threads, gpu_layers, gpu, dtype
+    [limits]   what one request may ask (decider.questions.Limits): max_text_bytes,
+               max_questions, max_labels, max_question_chars, max_label_chars,
+               max_description_chars, max_instructions_chars, max_work_tokens
     [paths]    cache_dir, catalog
 
-Flags of `decider serve` override the file; with neither, the defaults below apply.
+Flags of `decider serve` (and the load flags of `run`) override the file, through the
+same checks, before anything loads; a flag never means "the default": leave it out.
+With neither, the defaults below apply.
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .engines import DTYPES
+from .engines import DTYPES, ENGINES
 from .errors import ConfigError
+from .questions import Limits
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 
@@ -66,42 +73,92 @@ class Config:
     server: ServerSection = ServerSection()
     tls: TlsSection = TlsSection()
     model: ModelSection = ModelSection()
+    limits: Limits = Limits()
     paths: PathsSection = PathsSection()
     source: str = field(default="(defaults)", compare=False)
 
 
 _SECTIONS = {"server": ServerSection, "tls": TlsSection, "model": ModelSection,
-             "paths": PathsSection}
+             "limits": Limits, "paths": PathsSection}
 _CHOICES = {"log_format": ("json", "console", "auto"),
             "log_level": ("debug", "info", "warning", "error"),
-            "dtype": ("", *DTYPES)}
+            "dtype": ("", *DTYPES), "engine": ("", *ENGINES)}
+_POSITIVE = {"max_queue", "max_batch", "grace_seconds", "engine_call_limit_seconds",
+             *(f.name for f in fields(Limits))}
+# Flags (argparse dest) -> the key each overrides; the flag is --dest-with-dashes.
+FLAGS = {"listen": "server.listen", "max_queue": "server.max_queue",
+         "max_batch": "server.max_batch", "metrics_port": "server.metrics_port",
+         "log_format": "server.log_format", "tls_cert": "tls.cert", "tls_key": "tls.key",
+         "tls_client_ca": "tls.client_ca", "allow_insecure_tcp": "tls.allow_insecure_tcp",
+         "model": "model.name", "engine": "model.engine", "n_ctx": "model.n_ctx",
+         "threads": "model.threads", "dtype": "model.dtype",
+         "max_work_tokens": "limits.max_work_tokens"}
 
 
-def _check(origin: str, section: str, key: str, value, default):
-    where = f"{origin}: {section}.{key}"
+def _fail(where: str, what: str, value, key: str) -> None:
+    raise ConfigError(f"{where}: {what}, got {value!r}", key=key)
+
+
+def _check(where: str, key: str, value, default, flag: bool = False):
+    """`value` for `key` as the file or a flag gives it (where: "file: section.key" or
+    "--flag"); a flag's value is never the key's "not set" value (0, "")."""
     if key == "metrics_port":
         if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 65536):
-            raise ConfigError(f"{where}: must be a port number, got {value!r}", key=key)
+            _fail(where, "must be a port number in [0, 65535]", value, key)
         return value
     if key == "listen":
-        if not (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
-            raise ConfigError(f"{where}: must be a non-empty list of addresses", key=key)
+        if not (isinstance(value, (list, tuple)) and value
+                and all(isinstance(v, str) for v in value)):
+            _fail(where, "must be a non-empty list of addresses", value, key)
+        for address in value:
+            _check_address(where, address)
         return tuple(value)
     kind = type(default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{where}: must be {kind.__name__}, got {value!r}", key=key)
+        _fail(where, f"must be {kind.__name__}", value, key)
+    if flag and value == "":
+        _fail(where, "must not be empty (leave the flag out for the default)", value, key)
     if key in _CHOICES and value not in _CHOICES[key]:
-        raise ConfigError(f"{where}: must be one of {_CHOICES[key]}, got {value!r}", key=key)
+        _fail(where, f"must be one of {', '.join(c for c in _CHOICES[key] if c)}", value, key)
     if kind in (int, float) and value < 0 and key != "gpu_layers":
-        raise ConfigError(f"{where}: must not be negative, got {value!r}", key=key)
-    if key in ("max_queue", "max_batch", "grace_seconds", "engine_call_limit_seconds") \
-            and value <= 0:
-        raise ConfigError(f"{where}: must be positive, got {value!r}", key=key)
-    if key == "n_ctx" and 0 < value < 32:
-        raise ConfigError(f"{where}: must be 0 (the catalog's) or at least 32", key=key)
+        _fail(where, "must not be negative", value, key)
+    if key in _POSITIVE and value <= 0:
+        _fail(where, "must be positive", value, key)
+    if key == "n_ctx" and (0 < value < 32 or flag and value == 0):
+        _fail(where, "must be at least 32 (0 in the file: the catalog's window)", value, key)
+    if key == "threads" and flag and value == 0:
+        _fail(where, "must be at least 1 (0 in the file: all cores)", value, key)
+    if key == "threads" and value > (os.cpu_count() or 1):
+        _fail(where, f"must be at most {os.cpu_count()} (this machine's cores)", value, key)
     return value
+
+
+def _check_address(where: str, address: str) -> None:
+    """unix:///path, or host:port with a port in [1, 65535]."""
+    if address.startswith("unix:"):
+        if not socket_path(address).name:
+            _fail(where, "a unix socket address needs a file name", address, "listen")
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        _fail(where, "each address must be unix:///path or host:port, the port in "
+                     "[1, 65535]", address, "listen")
+
+
+def socket_path(address: str) -> Path:
+    return Path(address.removeprefix("unix://").removeprefix("unix:"))
+
+
+def check_socket_dirs(cfg: Config) -> None:
+    """At start, before the model loads: each unix socket's directory exists (under
+    systemd, RuntimeDirectory= makes it)."""
+    for address in cfg.server.listen:
+        folder = socket_path(address).parent
+        if address.startswith("unix:") and not folder.is_dir():
+            raise ConfigError(f"listen address {address!r}: the directory {str(folder)!r} "
+                              "does not exist", key="listen", listen=address)
 
 
 def parse_config(text: str, origin: str) -> Config:
@@ -123,7 +180,7 @@ def parse_config(text: str, origin: str) -> Config:
             if key not in defaults:
                 raise ConfigError(f"{origin}: unknown key {name}.{key}", file=origin,
                                   key=f"{name}.{key}")
-            values[key] = _check(origin, name, key, value, defaults[key])
+            values[key] = _check(f"{origin}: {name}.{key}", key, value, defaults[key])
         sections[name] = cls(**values)
     return Config(**sections, source=origin)
 
@@ -139,10 +196,16 @@ def load_config(path: str | Path | None) -> Config:
     return parse_config(text, str(path))
 
 
-def with_overrides(cfg: Config, server: dict, tls: dict, model: dict) -> Config:
-    """Flags given on the command line win over the file (None means not given)."""
-    def pick(d: dict) -> dict:
-        return {k: v for k, v in d.items() if v is not None}
-
-    return replace(cfg, server=replace(cfg.server, **pick(server)),
-                   tls=replace(cfg.tls, **pick(tls)), model=replace(cfg.model, **pick(model)))
+def with_flags(cfg: Config, flags: dict[str, object]) -> Config:
+    """The flags given (argparse dest -> value; None: not given) over the file's values,
+    each checked as the file's are and named as the user typed it."""
+    sections: dict[str, dict] = {}
+    for dest, value in flags.items():
+        if value is None:
+            continue
+        section, key = FLAGS[dest].split(".")
+        default = getattr(getattr(Config(), section), key)
+        flag = "--" + dest.replace("_", "-")
+        sections.setdefault(section, {})[key] = _check(flag, key, value, default, flag=True)
+    return replace(cfg, **{name: replace(getattr(cfg, name), **values)
+                           for name, values in sections.items()})

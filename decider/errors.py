@@ -50,6 +50,16 @@ class ModelNotFound(DeciderError):
     reason = "MODEL_NOT_FOUND"
 
 
+class ModelCorrupt(ModelNotFound):
+    """A model file on disk is not the file its catalog entry describes."""
+
+    reason = "MODEL_CORRUPT"
+
+    def __init__(self, name: str, path: object, what: str, repair: str) -> None:
+        super().__init__(f"model {name!r}: {path} is corrupt ({what}); {repair}",
+                         model=name, path=path)
+
+
 class PromptTooLong(DeciderError):
     """The prompt does not fit the loaded window; decider never truncates."""
 
@@ -65,6 +75,21 @@ class PromptTooLong(DeciderError):
             "shorten the text or load the model with a larger --n-ctx",
             prompt_tokens=prompt_tokens,
             n_ctx=n_ctx,
+        )
+
+
+class WorkTooLarge(DeciderError):
+    """The tokens a request's engine call would place are over the work bound."""
+
+    kind = "out_of_range"
+    reason = "WORK_TOO_LARGE"
+
+    def __init__(self, work_tokens: int, limit: int) -> None:
+        super().__init__(
+            f"the request needs {work_tokens} tokens of engine work, over the limit of "
+            f"{limit} (max_work_tokens: --max-work-tokens, or [limits] max_work_tokens in "
+            "the config file); ask fewer questions or give fewer or shorter labels",
+            work_tokens=work_tokens, max_work_tokens=limit,
         )
 
 

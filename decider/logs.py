@@ -1,5 +1,8 @@
 """structlog, configured once per process: JSON lines for services and pipes, console
-rendering on a terminal. Request text is never logged unless a caller opts in."""
+rendering on a terminal. Request text is never logged unless a caller opts in.
+
+The library's logs go to stderr: structlog left unconfigured prints to stdout, which
+carries answers only. An application that configures structlog itself keeps its own."""
 
 from __future__ import annotations
 
@@ -32,3 +35,9 @@ def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = No
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
+
+
+def default_to_stderr() -> None:
+    """Configure stderr logging (info) unless the application configured structlog."""
+    if not structlog.is_configured():
+        configure(stream=sys.stderr)

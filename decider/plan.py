@@ -18,9 +18,12 @@ from .answers import (
     ScaleAnswer,
     YesNoAnswer,
 )
-from .prompts import YES, PromptFormat, canonical, plan_branches
-from .questions import Choice, MultiLabel, Question, Request, Scale, YesNo
+from .errors import FieldViolation, InvalidRequest
+from .prompts import YES, Piece, PromptFormat, canonical, plan_branches
+from .questions import Choice, MultiLabel, Question, Request, Scale, YesNo, options_of
 from .scoring import Candidates, answer_log_probs, build_candidates, label_mass
+
+Tokenize = Callable[..., list[int]]  # (text, special=False): the engine's tokenize
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,20 +56,39 @@ class Plan:
         return tuple(answers)
 
 
-def build_plan(
-    request: Request, fmt: PromptFormat, tokenize: Callable[[str], list[int]], bos: int
-) -> Plan:
-    prefix = (bos, *tokenize(fmt.render_prefix(request.text, request.instructions)))
-    end = tuple(tokenize(fmt.answer_end))
+def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int) -> Plan:
+    _refuse_control_labels(request, tokenize)
+    prefix = (bos, *_tokens(fmt.render_prefix(request.text, request.instructions), tokenize))
+    end = _tokens(fmt.render_end(), tokenize)
     branches, keys = [], []
     for q in request.questions:
         q_keys = []
         for bp in plan_branches(q, fmt):
             cands = build_candidates([fmt.surface_forms(a) for a in bp.answers], tokenize, end)
-            branches.append(Branch(tuple(tokenize(bp.suffix)), cands.sequences))
+            branches.append(Branch(_tokens(bp.suffix, tokenize), cands.sequences))
             q_keys.append(_BranchKey(cands, bp.answers))
         keys.append(tuple(q_keys))
     return Plan(ScoreJob(prefix, tuple(branches)), request.questions, tuple(keys))
+
+
+def _tokens(pieces: tuple[Piece, ...], tokenize: Tokenize) -> tuple[int, ...]:
+    """Template markers with special tokens parsed; everything else as plain text."""
+    return tuple(t for text, marker in pieces for t in tokenize(text, special=marker))
+
+
+def _refuse_control_labels(request: Request, tokenize: Tokenize) -> None:
+    """A label is answer text: one that spells a control token of the model (`<eos>`)
+    would be scored as text the model never writes, so it is refused."""
+    bad = []
+    for i, q in enumerate(request.questions):
+        field = "levels" if isinstance(q, Scale) else "labels"
+        for j, label in enumerate(options_of(q)):
+            if tokenize(label.name, special=True) != tokenize(label.name):
+                bad.append(FieldViolation(
+                    f"questions[{i}].{field}[{j}]",
+                    f"{label.name!r} spells a control token of the model, not answer text"))
+    if bad:
+        raise InvalidRequest(bad)
 
 
 def _probabilities(key: _BranchKey, result: BranchResult) -> dict[str, float]:

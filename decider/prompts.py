@@ -4,10 +4,17 @@ The prefix (BOS + instructions + text) is computed once for every question about
 text; each branch appends a short suffix that ends at the answer position. Options are
 listed in a canonical order (sorted by name) so an answer never depends on the order
 the labels were given in; scale levels keep their order, which is their meaning.
+
+A rendered prompt is a sequence of pieces: the template's own markers (every `<...>` in a
+format's template strings, such as `<start_of_turn>`), tokenized with special tokens
+parsed, and text, tokenized as plain text. Text is the template's words and the user's
+fields together (text, instructions, questions, labels, descriptions), so markup in a
+ticket stays text and never opens a turn.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .questions import Choice, Label, MultiLabel, Question, Scale, YesNo
@@ -15,6 +22,21 @@ from .questions import Choice, Label, MultiLabel, Question, Scale, YesNo
 TEMPLATE_VERSION = "1"  # bump whenever any format's text changes: answers move with it
 
 YES, NO = "yes", "no"
+
+_MARKER = re.compile(r"(<[^<>{}\s]+>)")  # split keeps the markers: odd items
+Piece = tuple[str, bool]  # (text, whether it is a template marker)
+
+
+def render(template: str, **fields: str) -> tuple[Piece, ...]:
+    """`template` with its fields filled in, split at the template's markers only."""
+    parts = _MARKER.split(template)
+    pieces = ((part if i % 2 else part.format(**fields), bool(i % 2))
+              for i, part in enumerate(parts))
+    return tuple((text, marker) for text, marker in pieces if text)
+
+
+def prompt_text(pieces: tuple[Piece, ...]) -> str:
+    return "".join(text for text, _ in pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +47,15 @@ class PromptFormat:
     answer_space: bool  # the answer follows a space (" yes") rather than a line start
     answer_end: str  # what follows an answer; ends a label that prefixes another
 
-    def render_prefix(self, text: str, instructions: str) -> str:
+    def render_prefix(self, text: str, instructions: str) -> tuple[Piece, ...]:
         head = f"{instructions.strip()}\n\n" if instructions.strip() else ""
-        return self.prefix.format(instructions=head, text=text)
+        return render(self.prefix, instructions=head, text=text)
+
+    def render_suffix(self, body: str) -> tuple[Piece, ...]:
+        return render(self.suffix, body=body)
+
+    def render_end(self) -> tuple[Piece, ...]:
+        return render(self.answer_end)
 
     def surface_forms(self, name: str) -> list[str]:
         """The spellings pooled into one answer: as given, lower case, capitalised."""
@@ -61,7 +89,7 @@ FORMATS = {
 
 @dataclass(frozen=True, slots=True)
 class BranchPlan:
-    suffix: str
+    suffix: tuple[Piece, ...]
     answers: tuple[str, ...]  # the names competing at this answer position
 
 
@@ -83,21 +111,19 @@ def plan_branches(q: Question, fmt: PromptFormat) -> list[BranchPlan]:
     """The branches a question needs: one, or one yes/no branch per label (multi_label)."""
     ask = q.question.strip()
     if isinstance(q, YesNo):
-        return [BranchPlan(fmt.suffix.format(body=f"Question: {ask} (yes or no)"), (YES, NO))]
+        return [BranchPlan(fmt.render_suffix(f"Question: {ask} (yes or no)"), (YES, NO))]
     if isinstance(q, Choice):
         labels = canonical(q.labels)
         body = f"Question: {ask}\nOptions:{_listing(labels)}"
-        return [BranchPlan(fmt.suffix.format(body=body), tuple(lb.name for lb in labels))]
+        return [BranchPlan(fmt.render_suffix(body), tuple(lb.name for lb in labels))]
     if isinstance(q, Scale):
         body = f"Question: {ask}\nScale, lowest to highest:{_listing(q.levels)}"
-        return [BranchPlan(fmt.suffix.format(body=body), tuple(lv.name for lv in q.levels))]
+        return [BranchPlan(fmt.render_suffix(body), tuple(lv.name for lv in q.levels))]
     assert isinstance(q, MultiLabel)
     return [  # canonical order too: the batch a branch lands in can move its logits
         BranchPlan(
-            fmt.suffix.format(
-                body=f"Question: {ask}\nLabel: {_describe(label)}\n"
-                "Does this label apply? (yes or no)"
-            ),
+            fmt.render_suffix(f"Question: {ask}\nLabel: {_describe(label)}\n"
+                              "Does this label apply? (yes or no)"),
             (YES, NO),
         )
         for label in canonical(q.labels)

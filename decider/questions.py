@@ -11,6 +11,8 @@ from .errors import FieldViolation, InvalidRequest
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """What one request may ask; the [limits] section of the config file."""
+
     max_text_bytes: int = 256 * 1024
     max_questions: int = 32
     max_labels: int = 256
@@ -18,6 +20,9 @@ class Limits:
     max_label_chars: int = 200
     max_description_chars: int = 1000
     max_instructions_chars: int = 8000
+    # tokens the engine call places (Engine.placed_tokens), checked after tokenizing:
+    # keeps one request from holding the engine for minutes (docs/design.md)
+    max_work_tokens: int = 16384
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +211,7 @@ def request_from_dict(data: object, limits: Limits = Limits()) -> Request:
     bad: list[FieldViolation] = []
     unknown = set(data) - {"text", "questions", "instructions"}
     for key in sorted(unknown):
-        bad.append(FieldViolation(key, "unknown field"))
+        bad.append(FieldViolation(key if key.strip() else repr(key), "unknown field"))
     raw_questions = data.get("questions")
     questions: list[Question] = []
     if not isinstance(raw_questions, list):
@@ -230,7 +235,7 @@ def _question_from_dict(bad: list, at: str, raw: object) -> Question | None:
         bad.append(FieldViolation(at, "must be a JSON object"))
         return None
     kind = raw.get("type", "yes_no")
-    cls = QUESTION_TYPES.get(kind)
+    cls = QUESTION_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         bad.append(FieldViolation(f"{at}.type", f"unknown type {kind!r}; one of {sorted(QUESTION_TYPES)}"))
         return None

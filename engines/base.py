@@ -71,6 +71,11 @@ def label_trie(candidates: Sequence[Tokens]) -> dict[Tokens, Tokens]:
     return {path: tuple(sorted(ids)) for path, ids in children.items()}
 
 
+def trie_leaves(trie: dict[Tokens, Tokens]) -> list[Tokens]:
+    """Trie nodes with no child node: the label paths a sequence ends on."""
+    return [p for p in trie if not any(len(q) > len(p) and q[: len(p)] == p for q in trie)]
+
+
 @dataclass(frozen=True, slots=True)
 class EngineInfo:
     model_name: str
@@ -112,8 +117,14 @@ class Engine(Protocol):
     name: str
     info: EngineInfo
 
-    def tokenize(self, text: str) -> list[int]:
-        """Token ids of `text`: no BOS added, special tokens parsed."""
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        """Token ids of `text`, no BOS added. Plain text by default: spelled control
+        tokens stay text. special=True parses them, for the prompt template's own
+        markers (`<start_of_turn>`) and nothing else."""
+
+    def placed_tokens(self, job: ScoreJob) -> int:
+        """The tokens a score call places for `job` in this engine's layout: the measure
+        of the work bound, checked before any compute."""
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
         """For each job, for each branch, the logits at every node of its label trie."""

@@ -26,7 +26,8 @@ from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, check_windows,
                    label_trie, resolve_n_ctx)
 from .faults import begin_pass
-from .llama_layout import Copy, Decode, Entry, Remove, alone_steps, shared_groups, shared_steps
+from .llama_layout import (Copy, Decode, Entry, Remove, Step, alone_steps, shared_groups,
+                           shared_steps)
 
 log = structlog.get_logger("decider.engines.llama")
 
@@ -73,7 +74,7 @@ class LlamaEngine:
         self._prev_outputs = 0  # rows the last decode wrote: poisoned before the next one
         self._model = self._ctx = self._batch = None
         try:
-            with _captured_log() as lines:
+            with captured_log() as lines:
                 n_ctx = self._load(path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers,
                                    flash_attn, repack)
         except BaseException:
@@ -115,7 +116,8 @@ class LlamaEngine:
         mparams.use_extra_bufts = repack
         self._model = ll.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
-            raise EngineFailure(f"llama.cpp could not load {path}", model_path=path)
+            raise EngineFailure(f"llama.cpp could not load {path}: {load_error(_captured)}",
+                                model_path=path)
         self._vocab = ll.llama_model_get_vocab(self._model)
         n_ctx_train = ll.llama_model_n_ctx_train(self._model)
         n_ctx = resolve_n_ctx(n_ctx, n_ctx_train)
@@ -155,8 +157,15 @@ class LlamaEngine:
 
     # -- Engine protocol -------------------------------------------------------------
 
-    def tokenize(self, text: str) -> list[int]:
-        return tokenize_with(self._vocab, text)
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        return tokenize_with(self._vocab, text, special)
+
+    def placed_tokens(self, job: ScoreJob) -> int:
+        """The tokens of every decode the job's layout makes: in the shared layout a
+        branch's suffix is placed again in every group its leaves span, in the alone
+        layout again before each of its label paths."""
+        tries = [label_trie(b.candidates) for b in job.branches]
+        return sum(len(s.entries) for s in self._steps(job, tries) if isinstance(s, Decode))
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
         check_windows(jobs, self.info.n_ctx)
@@ -180,11 +189,8 @@ class LlamaEngine:
     def _score_job(self, job: ScoreJob, fault: str | None) -> list[BranchResult]:
         ll.llama_memory_clear(self._mem, True)
         tries = [label_trie(b.candidates) for b in job.branches]
-        groups = shared_groups(job, tries, self._n_parallel, self.room)
-        steps = (shared_steps(job, groups) if groups is not None
-                 else alone_steps(job, tries, self._n_swa))
         nodes: list[dict[Tokens, NodeLogits]] = [{} for _ in job.branches]
-        for step in steps:
+        for step in self._steps(job, tries):
             if isinstance(step, Decode):
                 for (bi, path), node in self._decode(step.entries, fault, tries).items():
                     nodes[bi].setdefault(path, node)
@@ -195,6 +201,11 @@ class LlamaEngine:
         return [tuple(n[p] for p in sorted(n, key=len)) for n in nodes]
 
     # -- llama_decode ----------------------------------------------------------------
+
+    def _steps(self, job: ScoreJob, tries: list[dict[Tokens, Tokens]]) -> Iterator[Step]:
+        groups = shared_groups(job, tries, self._n_parallel, self.room)
+        return (shared_steps(job, groups) if groups is not None
+                else alone_steps(job, tries, self._n_swa))
 
     def _decode(self, entries: Sequence[Entry], fault: str | None,
                 tries: list[dict[Tokens, Tokens]]) -> dict:
@@ -256,14 +267,28 @@ class LlamaEngine:
         return np.ctypeslib.as_array(base, shape=((j + 1) * self._n_vocab,))[j * self._n_vocab:]
 
 
-def tokenize_with(vocab, text: str) -> list[int]:
-    """Token ids of `text` in a llama.cpp vocabulary: no BOS added, special tokens parsed."""
+def tokenize_with(vocab, text: str, special: bool = False) -> list[int]:
+    """Token ids of `text` in a llama.cpp vocabulary, no BOS added. special: control
+    tokens spelled in the text are parsed (the prompt template's markers); otherwise the
+    text stays text, even where llama.cpp would match a token that is both user-defined
+    and control (Gemma 3's `</s>`): that spelling is split after its first
+    character, so no control token comes out of user text."""
     data = text.encode("utf-8")
     buf = (ll.llama_token * (len(data) + 8))()
-    n = ll.llama_tokenize(vocab, data, len(data), buf, len(buf), False, True)
+    n = ll.llama_tokenize(vocab, data, len(data), buf, len(buf), False, special)
     if n < 0:  # cannot happen with one slot per byte, but never read past the buffer
         raise EngineFailure(f"tokenizer needed {-n} slots for {len(data)} bytes")
-    return buf[:n]
+    ids = buf[:n]
+    if special:
+        return ids
+    control = next((i for i in ids
+                    if ll.llama_vocab_get_attr(vocab, i) & ll.LLAMA_TOKEN_ATTR_CONTROL), None)
+    if control is None:
+        return ids
+    at = text.find(ll.llama_vocab_get_text(vocab, control).decode("utf-8", "replace")) + 1
+    if not 0 < at < len(text):  # a spelling llama.cpp stores otherwise: nothing to split
+        return ids
+    return tokenize_with(vocab, text[:at]) + tokenize_with(vocab, text[at:])
 
 
 def _logsumexp(row: np.ndarray) -> float:
@@ -275,7 +300,7 @@ def _logsumexp(row: np.ndarray) -> float:
 
 
 @contextmanager
-def _captured_log() -> Iterator[list[str]]:
+def captured_log() -> Iterator[list[str]]:
     global _captured
     with _capture_lock:
         _captured = lines = []
@@ -283,6 +308,13 @@ def _captured_log() -> Iterator[list[str]]:
             yield lines
         finally:
             _captured = None
+
+
+def load_error(lines: list[str] | None) -> str:
+    """Why llama.cpp refused a file, from what it logged while loading: its error lines."""
+    lines = [line.strip() for line in lines or () if line.strip()]
+    errors = [line for line in lines if "error" in line or "failed" in line]
+    return "; ".join(errors[-3:] or lines[-1:]) or "llama.cpp logged no reason"
 
 
 def _kv_caches(lines: list[str]) -> list[tuple[int, int, int]]:

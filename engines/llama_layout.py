@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .base import ScoreJob, Tokens
+from .base import ScoreJob, Tokens, trie_leaves
 
 PREFIX_SEQ = 0
 GUARD_SEQ = 1  # the alone layout's guard; the shared layout's first branch sequence
@@ -67,11 +67,6 @@ class Remove:
 Step = Decode | Copy | Remove
 
 
-def leaves(trie: dict[Tokens, Tokens]) -> list[Tokens]:
-    """Trie nodes with no child node: the paths a branch's sequences end on."""
-    return [p for p in trie if not any(len(q) > len(p) and q[: len(p)] == p for q in trie)]
-
-
 def shared_groups(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: int,
                   room: int) -> list[list[tuple[int, Tokens]]] | None:
     """(branch, leaf) pairs packed into decodes of at most n_parallel sequences whose
@@ -81,7 +76,7 @@ def shared_groups(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: 
     placed: set[tuple[int, Tokens]] = set()  # (branch, node) already fed in the group
     used = 0
     for bi, branch in enumerate(job.branches):
-        for leaf in leaves(tries[bi]):
+        for leaf in trie_leaves(tries[bi]):
             alone = len(branch.suffix) + len(leaf)
             if alone > free:
                 return None
@@ -145,7 +140,7 @@ def alone_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], window: int
         yield Decode(tuple(Entry(t, n + k, (PREFIX_SEQ,), (bi, ()) if k == last else None)
                            for k, t in enumerate(branch.suffix)))
         end = n + len(branch.suffix)
-        for leaf in leaves(tries[bi]):
+        for leaf in trie_leaves(tries[bi]):
             if leaf:
                 yield Decode(tuple(Entry(t, end + k, (PREFIX_SEQ,), (bi, leaf[: k + 1]))
                                    for k, t in enumerate(leaf)))

@@ -119,7 +119,8 @@ def _branch_size(branch) -> int:
     return len(branch.suffix) + len(_trie(branch.candidates).nodes) - 1
 
 
-def _tree_size(job: ScoreJob) -> int:
+def tree_size(job: ScoreJob) -> int:
+    """Tokens a job places as one token tree: its prefix, suffixes and trie nodes."""
     return len(job.prefix) + sum(map(_branch_size, job.branches))
 
 
@@ -173,7 +174,7 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
             n_lse += not path
 
     for ji, job in enumerate(jobs):
-        size = _tree_size(job)
+        size = tree_size(job)
         n_prefix = len(job.prefix)
         if size <= budget:
             if packed.tokens + size > budget:

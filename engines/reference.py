@@ -22,7 +22,7 @@ from transformers.initialization import no_init_weights
 from decider.errors import EngineFailure
 
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows, label_trie,
-                   resolve_n_ctx)
+                   resolve_n_ctx, trie_leaves)
 from .checkpoints import HF_NAMES, has_tokenizer, read_gemma3
 from .faults import begin_pass
 from .gemma3 import SLIDING_PATTERN, Gemma3Config, activation_dtype
@@ -103,8 +103,13 @@ class ReferenceEngine:
                                    for p in self.model.parameters())},
         )
 
-    def tokenize(self, text: str) -> list[int]:
-        return self._vocab.tokenize(text)
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        return self._vocab.tokenize(text, special)
+
+    def placed_tokens(self, job: ScoreJob) -> int:
+        """Each label path is a sequence of its own: prefix, suffix and path each time."""
+        return sum(len(job.prefix) + len(b.suffix) + len(leaf) for b in job.branches
+                   for leaf in trie_leaves(label_trie(b.candidates)))
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
         check_windows(jobs, self.info.n_ctx)
@@ -119,7 +124,7 @@ class ReferenceEngine:
     def _branch(self, prefix, suffix, candidates) -> BranchResult:
         trie = label_trie(candidates)
         rows = {}
-        for leaf in (p for p in trie if not any(q != p and q[: len(p)] == p for q in trie)):
+        for leaf in trie_leaves(trie):
             ids = torch.tensor([[*prefix, *suffix, *leaf]], device=self._device)
             logits = self.model(ids, logits_to_keep=len(leaf) + 1).logits[0].float().cpu()
             for k in range(len(leaf) + 1):

@@ -33,7 +33,7 @@ from .faults import begin_pass
 from .gemma3 import Gemma3, activation_dtype
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
-from .passes import Pass, Plan, plan
+from .passes import Pass, Plan, plan, tree_size
 from .vocab import Vocab
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
@@ -91,8 +91,11 @@ class TorchEngine:
 
     # -- Engine protocol -------------------------------------------------------------
 
-    def tokenize(self, text: str) -> list[int]:
-        return self._vocab.tokenize(text)
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        return self._vocab.tokenize(text, special)
+
+    def placed_tokens(self, job: ScoreJob) -> int:
+        return tree_size(job)  # one token tree a job
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
         check_windows(jobs, self.info.n_ctx)

@@ -3,7 +3,8 @@ GGUF produces the ids the llama engine does. llama.cpp is imported only when the
 holds a tokenizer: the tiny test models hold none, and need no llama.cpp.
 
 A Hugging Face checkpoint directory's tokenizer.json is read with the `tokenizers`
-package instead, to the same contract: no BOS added, special tokens in the text parsed."""
+package instead, to the same contract: no BOS added; special tokens spelled in the text
+parsed only when asked (the prompt template's markers), user text always plain text."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ class Vocab:
         """present: whether the GGUF holds a tokenizer (tokenizer.ggml.model), or the
         checkpoint directory a tokenizer.json."""
         self.path = path
-        self._model = self._hf = None
+        self._model = self._hf = self._hf_plain = None
         if not present:
             return
         if Path(path).is_dir():
@@ -28,25 +29,29 @@ class Vocab:
             except Exception as e:  # tokenizers raises plain Exceptions
                 raise EngineFailure(f"could not read {path}/tokenizer.json: {e}",
                                     model_path=path) from e
+            self._hf_plain = Tokenizer.from_str(self._hf.to_str())
+            self._hf_plain.encode_special_tokens = True  # a per-tokenizer switch, not per call
             return
-        from .llama import ll  # initialises llama.cpp and routes its log lines away
+        from .llama import captured_log, ll, load_error  # initialises llama.cpp; its log
 
         params = ll.llama_model_default_params()
         params.vocab_only = True
-        self._model = ll.llama_model_load_from_file(str(path).encode(), params)
+        with captured_log() as lines:
+            self._model = ll.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
-            raise EngineFailure(f"llama.cpp could not load the tokenizer of {path}",
-                                model_path=path)
+            raise EngineFailure(f"llama.cpp could not load the tokenizer of {path}: "
+                                f"{load_error(lines)}", model_path=path)
         self._vocab = ll.llama_model_get_vocab(self._model)
 
-    def tokenize(self, text: str) -> list[int]:
-        if self._hf is not None:  # added special tokens match as themselves; no BOS
-            return self._hf.encode(text, add_special_tokens=False).ids
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        if self._hf is not None:  # no BOS; special: added special tokens match as such
+            hf = self._hf if special else self._hf_plain
+            return hf.encode(text, add_special_tokens=False).ids
         if self._model is None:
             raise EngineFailure(f"{self.path} holds no tokenizer")
         from .llama import tokenize_with
 
-        return tokenize_with(self._vocab, text)
+        return tokenize_with(self._vocab, text, special)
 
     def close(self) -> None:
         if self._model:

@@ -15,7 +15,23 @@ case "${1:-}" in
   *) echo "usage: scripts/setup.sh [--test]" >&2; exit 2 ;;
 esac
 
+say() { echo "setup: $*" >&2; }
+
+# pip is silent while it compiles: a line a minute says the install is still going
+still_going() {
+  local start=$SECONDS
+  while sleep 60; do
+    say "still installing, $(( (SECONDS - start) / 60 )) min (compiling llama.cpp the first time takes about 8-10 min on 2 cores)"
+  done
+}
+
+say "creating .venv"
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+say "installing decider[$extras] (the first time builds llama-cpp-python from source)"
+still_going &
+ticker=$!
+trap 'kill "$ticker" 2>/dev/null' EXIT
 .venv/bin/python -m pip install --quiet -c constraints/cpu.txt -e ".[$extras]"
+say "done: .venv/bin/decider (or '. .venv/bin/activate' to put decider on PATH)"

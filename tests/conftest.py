@@ -1,4 +1,14 @@
-"""Shared fixtures: the real embedded model, assembled once into a per-run cache."""
+"""Shared fixtures: the real embedded model, assembled once into a per-run cache; the
+run's random seed and the seeded generators drawn from it; Hypothesis's profiles.
+
+Random data: every test that draws it takes the `rng` fixture (numpy, and torch's global
+generator seeded alike); a fixture of a wider scope calls helpers.seeds.seeded. The
+run's seed is printed at the end of the run and each test's seed in its output;
+DECIDER_TEST_SEED=N replays a run (Hypothesis too: it gets the same seed unless
+--hypothesis-seed is given). Hypothesis profiles, by DECIDER_HYPOTHESIS_PROFILE: "ci"
+(the default: 500 examples a property) and "deep" (20,000 a property, 120,000 in all:
+tests/test_parsers.py says how to run it).
+"""
 
 from __future__ import annotations
 
@@ -7,23 +17,35 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 from decider.catalog import Catalog
+from helpers.seeds import RUN_SEED, seeded
+
+for name, examples in (("ci", 500), ("deep", 20_000)):
+    settings.register_profile(name, max_examples=examples, deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("DECIDER_HYPOTHESIS_PROFILE", "ci"))
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if config.getoption("hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = str(RUN_SEED)
 
 
-# Without a GPU the Triton kernels are tested in Triton's interpreter, which must be on
-# before anything imports triton (transformers does, for the reference engine).
-if not _cuda():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+def pytest_terminal_summary(terminalreporter):  # shown with -q too
+    terminalreporter.write_line(
+        f"random seed {RUN_SEED}: DECIDER_TEST_SEED={RUN_SEED} replays this run; "
+        f"Hypothesis profile {settings.get_current_profile_name()!r}")
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """Random data for one test: numpy's generator, torch's global one seeded alike."""
+    return seeded(request.node.nodeid)
 
 
 @pytest.fixture(scope="session")
@@ -51,17 +73,6 @@ def decider(model_path, catalog):
 
     with Decider("gemma-3-270m", catalog=catalog, n_ctx=2048) as d:
         yield d
-
-
-@pytest.fixture
-def rng(request) -> "np.random.Generator":
-    """A fresh random generator per test; its seed is printed (shown on failure) and
-    DECIDER_TEST_SEED=N replays it."""
-    import numpy as np
-
-    seed = int(os.environ.get("DECIDER_TEST_SEED") or np.random.SeedSequence().entropy % 2**32)
-    print(f"{request.node.nodeid}: seed {seed} (replay: DECIDER_TEST_SEED={seed})")
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from decider.catalog import Catalog, ModelEntry
 from decider.cli import main
-from decider.errors import ConfigError, ModelNotFound
+from decider.errors import ConfigError, ModelCorrupt, ModelNotFound
 
 
 def test_the_shipped_catalog_has_the_embedded_default(tmp_path):
@@ -179,3 +180,82 @@ def test_a_checkpoint_directory_is_a_model_for_the_torch_engine(tmp_path):
     entry = cat.get(str(ckpt))
     assert (entry.name, entry.source, entry.engine) == ("gemma-w4a16", "file", "triton")
     assert cat.locate(entry) == ckpt
+
+
+def tiny_catalog(tmp_path: Path) -> Catalog:
+    return Catalog(user_file=user_catalog(tmp_path, """
+[models.tiny]
+source = "pypi"
+package = "tiny_model_chunks"
+file = "tiny.gguf"
+"""), cache_dir=tmp_path / "cache")
+
+
+def listed(capsys) -> dict:
+    assert main(["models", "--json"]) == 0
+    return {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+
+
+def test_a_truncated_cached_copy_is_corrupt_not_present_and_pull_repairs_it(
+        tmp_path, chunk_package, monkeypatch, capsys):
+    cat = tiny_catalog(tmp_path)
+    monkeypatch.setenv("DECIDER_CACHE_DIR", str(cat.cache_dir))
+    monkeypatch.setenv("DECIDER_CATALOG", str(tmp_path / "models.toml"))
+    path = cat.locate(cat.get("tiny"))
+    assert listed(capsys)["tiny"]["present"]
+    with path.open("r+b") as f:
+        f.truncate(700)
+
+    row = listed(capsys)["tiny"]
+    assert not row["present"]  # it was listed as present
+    assert row["state"] == "corrupt"
+    with pytest.raises(ModelCorrupt, match=r"is corrupt \(700 bytes, expected 1504\); "
+                                           r"repair it with: decider pull tiny"):
+        cat.locate(cat.get("tiny"))
+    assert main(["run", "tiny", "text", "-q", "ok?"]) == 2
+    assert "MODEL_CORRUPT" in capsys.readouterr().err
+
+    assert main(["pull", "tiny"]) == 0
+    capsys.readouterr()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == chunk_package
+    assert listed(capsys)["tiny"]["state"] == "present"
+
+
+def test_bytes_written_over_in_place_are_caught_by_sha256(tmp_path, chunk_package):
+    cat = tiny_catalog(tmp_path)
+    path = cat.locate(cat.get("tiny"))
+    before = path.stat()
+    with path.open("r+b") as f:  # same size, other bytes
+        f.seek(100)
+        f.write(b"\x00" * 50)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+    with pytest.raises(ModelCorrupt, match=f"sha256 [0-9a-f]{{64}}, expected {chunk_package}"):
+        cat.locate(cat.get("tiny"))
+
+
+def test_an_unchanged_file_is_hashed_once(tmp_path, chunk_package, monkeypatch):
+    """Verified files are recorded (size, mtime, sha256): a later load costs a stat()."""
+    import decider.verify
+
+    cat = tiny_catalog(tmp_path)
+    path = cat.locate(cat.get("tiny"))  # assembled: hashed while it was written
+    hashed = []
+    real = decider.verify.file_sha256
+    monkeypatch.setattr(decider.verify, "file_sha256", lambda p: hashed.append(p) or real(p))
+    assert cat.verify(cat.get("tiny")) == chunk_package
+    assert hashed == []
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
+    assert cat.verify(cat.get("tiny")) == chunk_package and hashed == [path]
+
+
+def test_a_users_file_that_does_not_match_its_entry_is_named_as_such(tmp_path):
+    model = tmp_path / "mine.gguf"
+    model.write_bytes(b"GGUF" + b"\x00" * 60)
+    cat = Catalog(user_file=user_catalog(tmp_path, f"""
+[models.mine]
+source = "file"
+path = "{model}"
+size = 100
+"""), cache_dir=tmp_path / "cache")
+    with pytest.raises(ModelCorrupt, match="64 bytes, expected 100.*replace the file"):
+        cat.locate(cat.get("mine"))

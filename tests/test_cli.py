@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -135,8 +138,10 @@ HUGE = "x" * (256 * 1024 + 1)
         (["run", "gemma-3-270m", "-", "-q", "Q?"], b"caf\xe9 \xff", "text: is not valid UTF-8"),
         (["run", "gemma-3-270m", b"caf\xe9", "-q", "Q?"], None, "text: is not valid UTF-8"),
         (["run", "no-such-model", "t", "-q", "Q?"], None, "MODEL_NOT_FOUND: unknown model"),
-        (["run", "gemma-3-270m", "t", "-q", "Q?", "--engine", "warp"], None, "unknown engine"),
-        (["run", "gemma-3-270m", "t", "-q", "Q?", "--n-ctx", "31"], None, "n_ctx must be in [32, 32768]"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--engine", "warp"], None,
+         "--engine: must be one of llama, triton, reference, got 'warp'"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--n-ctx", "31"], None,
+         "--n-ctx: must be at least 32"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--n-ctx", "40000"], None,
          "n_ctx must be in [32, 32768]"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--scale", "a", "-l", "b"], None,
@@ -159,24 +164,39 @@ def test_bad_input_exits_2_naming_the_field_and_the_limit(run_cli, args, stdin, 
     assert out.stdout == b""
 
 
-def test_too_many_questions_in_a_jsonl_line(run_cli, tmp_path):
+def test_every_jsonl_line_is_answered_in_order_with_its_number(run_cli, tmp_path):
     lines = [
         {"text": "fine", "questions": [{"question": "ok?"}]},
         {"text": "t", "questions": [{"question": f"q{i}?"} for i in range(33)]},
         {"text": "long " * 100, "questions": [{"question": "long?"}]},
         "not json",
+        "",
+        {"text": "t", "questions": [{"type": ["yes_no"], "question": "q?"}]},
+        {"a": 1},
+        {"text": "t", "questions": [{"type": {"a": 1}}]},
+        "   ",
+        {"text": "last", "questions": [{"question": "ok?"}]},
     ]
     path = tmp_path / "in.jsonl"
-    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines))
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
     out = run_cli("run", "gemma-3-270m", "--jsonl", str(path), "--n-ctx", "64")
-    assert out.returncode == 2  # the worst line: a validation error
-    first, second, third, fourth = (json.loads(x) for x in out.stdout.decode().splitlines())
+    assert out.returncode == 2, out.stderr.decode()  # the worst line: a validation error
+    assert b"Traceback" not in out.stderr
+    got = [json.loads(x) for x in out.stdout.decode().splitlines()]
+    assert [g["line"] for g in got] == list(range(1, len(lines) + 1))
+    first, second, third, fourth, fifth, sixth, seventh, eighth, ninth, last = got
     jsonschema.validate(first, SCHEMA)
+    jsonschema.validate(last, SCHEMA)
     assert second["error"]["reason"] == "INVALID_REQUEST"
     assert "33 questions, over the limit of 32" in second["error"]["message"]
     assert third["error"]["reason"] == "PROMPT_TOO_LONG"
     assert third["error"]["n_ctx"] == "64" and int(third["error"]["prompt_tokens"]) > 64
     assert fourth["error"]["violations"][0]["field"] == "line 4"
+    assert fifth["error"]["violations"][0]["field"] == "line 5"
+    assert ninth["error"]["violations"][0]["field"] == "line 9"
+    assert sixth["error"]["violations"][0]["field"] == "questions[0].type"
+    assert eighth["error"]["violations"][0]["field"] == "questions[0].type"
+    assert {v["field"] for v in seventh["error"]["violations"]} == {"a", "questions"}
 
 
 def test_answers_do_not_depend_on_label_order(decider):
@@ -242,3 +262,81 @@ def test_bench_engines_times_the_prompt_lengths_asked_for(monkeypatch, capsys):
     assert list(rows) == ["1 yes/no, 40 tokens (ms)", "1 yes/no, 90 tokens (ms)",
                           "128 x 256 tokens (decisions/s)"]
     assert all(v > 0 for v in rows.values())
+
+
+SERVE_FLAGS = [  # each was taken, or ended in a traceback after the model loaded
+    (["--max-batch", "0"], "--max-batch: must be positive"),
+    (["--max-queue", "0"], "--max-queue: must be positive"),
+    (["--n-ctx", "0"], "--n-ctx: must be at least 32"),
+    (["--threads", "0"], "--threads: must be at least 1"),
+    (["--threads", "-1"], "--threads: must not be negative"),
+    (["--threads", "1000"], "--threads: must be at most"),
+    (["--engine", ""], "--engine: must not be empty"),
+    (["--engine", "warp"], "--engine: must be one of llama, triton, reference"),
+    (["--metrics-port", "99999"], "--metrics-port: must be a port number in [0, 65535]"),
+    (["--listen", "127.0.0.1:99999"], "the port in [1, 65535]"),
+    (["--max-work-tokens", "-5"], "--max-work-tokens: must not be negative"),
+]
+
+
+SERVE_ONLY = ("--max-batch", "--max-queue", "--metrics-port", "--listen")
+
+
+@pytest.mark.parametrize("command, flags, words", [
+    (command, flags, words) for flags, words in SERVE_FLAGS for command in ("serve", "run")
+    if command == "serve" or flags[0] not in SERVE_ONLY])
+def test_a_bad_flag_exits_2_naming_it_before_any_model_loads(tmp_path, command, flags, words):
+    """Checked as the config file's keys are, before anything loads."""
+    args = (["serve", "--listen", f"unix://{tmp_path}/d.sock"] if command == "serve"
+            else ["run", "gemma-3-270m", "text", "-q", "Q?"])
+    out = without_a_model(tmp_path, *args, *flags)
+    assert out.returncode == 2, out.stderr.decode()
+    assert words in out.stderr.decode() and out.stdout == b""
+
+
+def test_a_unix_socket_in_a_missing_directory_is_refused_before_the_model_loads(tmp_path):
+    out = without_a_model(tmp_path, "serve", "--listen", f"unix://{tmp_path}/missing/d.sock")
+    assert out.returncode == 2
+    assert f"the directory '{tmp_path}/missing' does not exist" in out.stderr.decode()
+    assert b"Traceback" not in out.stderr
+
+
+def without_a_model(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`decider ARGS` with an empty cache, which must stay empty: a model load would
+    assemble the embedded model into it."""
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    out = subprocess.run([sys.executable, "-m", "decider.cli", *args], capture_output=True,
+                         timeout=60, env={**os.environ, "DECIDER_CACHE_DIR": str(cache)})
+    assert not list(cache.iterdir()), "a model was loaded"
+    return out
+
+
+def test_the_python_api_writes_nothing_but_what_the_caller_prints(model_path):
+    """Its logs go to stderr; stdout is the application's."""
+    code = ("from decider import Decider, YesNo\n"
+            "with Decider('gemma-3-270m', n_ctx=256) as d:\n"
+            "    print(d.decide('I was charged twice', [YesNo('Refund?')]).answers[0].decision)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120,
+                         env=os.environ.copy())
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().strip() in ("True", "False")
+    assert "model loaded" in out.stderr.decode()
+
+
+def test_the_readmes_example_files_ship_and_run_as_written(run_cli):
+    root = Path(__file__).parents[1]
+    readme = (root / "README.md").read_text()
+    assert ". .venv/bin/activate" in readme  # how a bare `decider` gets on PATH
+    ticket, requests = root / "examples" / "ticket.txt", root / "examples" / "requests.jsonl"
+    assert f"cat {ticket.relative_to(root)} | decider run" in readme
+    assert f"--jsonl {requests.relative_to(root)}" in readme
+    out = run_cli("run", "gemma-3-270m", "--jsonl", str(requests))
+    assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
+    got = [json.loads(x) for x in out.stdout.decode().splitlines()]
+    assert [g["line"] for g in got] == [1, 2, 3]
+    for g in got:
+        jsonschema.validate(g, SCHEMA)
+    out = run_cli("run", "gemma-3-270m", "-q", "Is a refund requested?", "--json",
+                  stdin=ticket.read_bytes())
+    assert out.returncode == 0 and json.loads(out.stdout)["answers"][0]["type"] == "yes_no"

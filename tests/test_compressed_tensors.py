@@ -15,68 +15,26 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("compressed_tensors")
-from compressed_tensors import ModelCompressor, QuantizationConfig
 from compressed_tensors.compressors.pack_quantized.base import (
     PackedQuantizationCompressor,
 )
-from compressed_tensors.quantization import (
-    QuantizationArgs,
-    QuantizationScheme,
-    apply_quantization_config,
-)
-from compressed_tensors.quantization.utils import calculate_qparams
+from compressed_tensors.quantization import QuantizationScheme
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.engines.checkpoints import HF_NAMES, read_model
 from decider.engines.gguf_weights import Packed
 from safetensors.torch import load_file, save_file
-from test_torch_engine import max_diff, rand_branch, rand_ids
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+from helpers.checkpoints import write_checkpoint
+from helpers.seeds import seeded
+from helpers.tiny import TOL, VOCAB, max_diff, rand_branch, rand_ids
 
 from decider.errors import ConfigError, EngineFailure
 
-TOL = 1e-3  # as in test_torch_engine: fp32 both sides, different summation orders
-VOCAB, WINDOW = 384, 16
 SCHEMES = {  # name -> (strategy, group_size, symmetric)
     "g32": ("group", 32, True),
     "g128": ("group", 128, True),
     "g32-asym": ("group", 32, False),
     "channel-asym": ("channel", None, False),
 }
-
-
-def write_checkpoint(path, strategy="group", group=32, symmetric=True, layers=6):
-    """A random tiny Gemma 3 (bf16, random norms), quantized and saved by compressed-
-    tensors: min/max scales and zero points from its own calculate_qparams, packed by
-    its own ModelCompressor, the quantization_config written by its update_config."""
-    torch.manual_seed(int(np.random.default_rng().integers(2**31)))
-    cfg = Gemma3TextConfig(
-        vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=WINDOW,
-        max_position_embeddings=4096, query_pre_attn_scalar=64, tie_word_embeddings=True)
-    model = Gemma3ForCausalLM(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.normal_(0, 0.3 if "norm" in name else 0.1 if "embed" in name else 0.05)
-    model = model.to(torch.bfloat16)
-    args = QuantizationArgs(num_bits=4, type="int", symmetric=symmetric, strategy=strategy,
-                            group_size=group)
-    apply_quantization_config(model, QuantizationConfig(
-        config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)},
-        ignore=["lm_head"]), show_progress=False)
-    with torch.no_grad():
-        for module in model.modules():
-            if hasattr(module, "weight_scale"):
-                w = module.weight.float()
-                w = w.unflatten(-1, (-1, group)) if strategy == "group" else w[:, None]
-                scale, zero = calculate_qparams(w.amin(-1), w.amax(-1), args)
-                module.weight_scale.copy_(scale.reshape(module.weight_scale.shape))
-                if hasattr(module, "weight_zero_point"):
-                    module.weight_zero_point.copy_(zero.reshape(module.weight_zero_point.shape))
-    compressor = ModelCompressor.from_pretrained_model(model, "pack-quantized")
-    compressor.compress_model(model)
-    model.save_pretrained(path)
-    compressor.update_config(path)
-    return path
 
 
 def edit_config(path, **changes):
@@ -95,7 +53,8 @@ def edit_config(path, **changes):
 @pytest.fixture(scope="module", params=list(SCHEMES))
 def ckpt(request, tmp_path_factory):
     strategy, group, symmetric = SCHEMES[request.param]
-    path = write_checkpoint(tmp_path_factory.mktemp(request.param), strategy, group, symmetric)
+    path = write_checkpoint(tmp_path_factory.mktemp(request.param),
+                            seeded(f"ckpt[{request.param}]"), strategy, group, symmetric)
     engine = load_engine("triton", path, 256, device="cpu")
     reference = load_engine("reference", path, 256)
     yield request.param, path, engine, reference
@@ -147,9 +106,8 @@ def test_packed_weights_equal_the_librarys_decompression_bit_for_bit(ckpt, monke
     assert np.array_equal(emb, stored["model.embed_tokens.weight"].float().numpy())
 
 
-def test_label_logits_match_the_reference(ckpt):
+def test_label_logits_match_the_reference(ckpt, rng):
     _, _, engine, reference = ckpt
-    rng = np.random.default_rng()
     jobs = [ScoreJob((2, *rand_ids(rng, n)), tuple(rand_branch(rng, s) for s in (1, 4, 9)))
             for n in (3, 30, 70)]
     got, want = engine.score(jobs), reference.score(jobs)
@@ -180,7 +138,8 @@ def test_the_multimodal_layout_reads_the_same(ckpt, tmp_path):
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    return write_checkpoint(tmp_path_factory.mktemp("small") / "ckpt", layers=6)
+    return write_checkpoint(tmp_path_factory.mktemp("small") / "ckpt", seeded("small"),
+                            layers=6)
 
 
 def copy(small, tmp_path):
@@ -230,7 +189,7 @@ def test_fp32_scales_whose_products_would_round_are_refused(small, tmp_path):
     assert isinstance(read_model(path).tensors["blk.3.ffn_up.weight"], Packed)
 
 
-def test_a_tokenizer_json_is_read_without_bos_and_its_absence_refused(small, tmp_path):
+def test_a_tokenizer_json_gives_no_bos_special_tokens_only_when_asked(small, tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
     path = copy(small, tmp_path)
@@ -247,7 +206,10 @@ def test_a_tokenizer_json_is_read_without_bos_and_its_absence_refused(small, tmp
     tok.save(str(path / "tokenizer.json"))
     for name, options in (("triton", {"device": "cpu"}), ("reference", {})):
         engine = load_engine(name, path, 256, **options)
-        assert engine.tokenize("<start_of_turn>hello world") == [6, 4, 5]
+        text = "<start_of_turn>hello world"
+        assert engine.tokenize(text, special=True) == [6, 4, 5]  # a template's marker
+        plain = engine.tokenize(text)  # user text: the markup stays text, unknown words here
+        assert 6 not in plain and plain[-2:] == [4, 5]
         engine.close()
     job = ScoreJob((2, 6, 4), (Branch((5,), ((4,), (5,))),))
     assert engine.score([job])[0][0][0].token_ids == (4, 5)

@@ -3,7 +3,7 @@ bad key or value."""
 
 import pytest
 
-from decider.config import Config, load_config, parse_config, with_overrides
+from decider.config import Config, load_config, parse_config, with_flags
 from decider.errors import ConfigError
 
 
@@ -23,13 +23,13 @@ def test_the_shipped_example_parses(tmp_path):
 
 
 def test_flags_override_the_file():
-    cfg = parse_config('[server]\nmax_batch = 4\nlisten = ["unix:///a.sock"]\n', "f.toml")
-    out = with_overrides(cfg, server={"max_batch": 8, "listen": None}, tls={},
-                         model={"n_ctx": 1024, "name": None})
-    assert out.server.max_batch == 8 and out.server.listen == ("unix:///a.sock",)
+    cfg = parse_config('[server]\nmax_batch = 4\nlisten = ["unix:///tmp/a.sock"]\n', "f.toml")
+    out = with_flags(cfg, {"max_batch": 8, "listen": None, "n_ctx": 1024, "model": None})
+    assert out.server.max_batch == 8 and out.server.listen == ("unix:///tmp/a.sock",)
     assert out.model.n_ctx == 1024 and isinstance(out, Config)
-    assert with_overrides(parse_config('[model]\ndtype = "bfloat16"\n', "f.toml"), {}, {},
-                          {"dtype": "float32"}).model.dtype == "float32"
+    assert with_flags(parse_config('[model]\ndtype = "bfloat16"\n', "f.toml"),
+                      {"dtype": "float32"}).model.dtype == "float32"
+    assert with_flags(Config(), {"max_work_tokens": 999}).limits.max_work_tokens == 999
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_flags_override_the_file():
         ("[server]\nmetrics_port = 70000\n", "server.metrics_port: must be a port"),
         ("[server]\ncolour = 1\n", "unknown key server.colour"),
         ("[modle]\nname = 'x'\n", "unknown section [modle]"),
-        ("[model]\nn_ctx = 16\n", "model.n_ctx: must be 0"),
+        ("[model]\nn_ctx = 16\n", "model.n_ctx: must be at least 32"),
         ("[model]\nthreads = -2\n", "model.threads: must not be negative"),
         ("[model]\ndtype = 'fp8'\n", "model.dtype: must be one of"),
         ("[tls]\nallow_insecure_tcp = 'yes'\n", "tls.allow_insecure_tcp: must be bool"),

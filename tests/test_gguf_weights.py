@@ -23,8 +23,7 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
-def test_random_raw_blocks_dequantize_bit_exactly(qtype):
-    rng = np.random.default_rng()
+def test_random_raw_blocks_dequantize_bit_exactly(qtype, rng):
     rows, cols = 6, 512
     block, _ = gguf.GGML_QUANT_SIZES[qtype]
     raw = random_blocks(qtype, rows * cols // block, rng).reshape(rows, -1)
@@ -34,14 +33,14 @@ def test_random_raw_blocks_dequantize_bit_exactly(qtype):
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0], ids=lambda t: t.name)
-def test_gguf_quantized_tensors_dequantize_bit_exactly(qtype):
-    x = np.random.default_rng().normal(0, 1, (8, 256)).astype(np.float32)
+def test_gguf_quantized_tensors_dequantize_bit_exactly(qtype, rng):
+    x = rng.normal(0, 1, (8, 256)).astype(np.float32)
     raw = gguf.quants.quantize(x, qtype)
     assert same_bits(pack(raw, qtype, 8, "w").dequantize(), gguf.quants.dequantize(raw, qtype))
 
 
-def test_dense_tensors_stay_dense():
-    x = np.random.default_rng().normal(0, 1, (4, 64)).astype(np.float32)
+def test_dense_tensors_stay_dense(rng):
+    x = rng.normal(0, 1, (4, 64)).astype(np.float32)
     assert pack(x, T.F32, 4, "w") is x or np.array_equal(pack(x, T.F32, 4, "w"), x)
     h = x.astype(np.float16)
     assert pack(h, T.F16, 4, "w").dtype == np.float16
@@ -56,8 +55,8 @@ def test_a_type_it_cannot_hold_exactly_is_refused_by_name():
         pack(raw, T.Q5_K, 2, "blk.3.ffn_up.weight")
 
 
-def test_a_written_model_reads_back_bit_exactly(tmp_path):
-    path = write_tiny_gemma3(tmp_path / "tiny.gguf", np.random.default_rng(), layers=1)
+def test_a_written_model_reads_back_bit_exactly(tmp_path, rng):
+    path = write_tiny_gemma3(tmp_path / "tiny.gguf", rng, layers=1)
     model = GGUFModel.read(path)
     assert model.arch == "gemma3" and model.meta["gemma3.attention.sliding_window"] == 16
     for t in gguf.GGUFReader(str(path)).tensors:

@@ -8,7 +8,6 @@ from decider.errors import EngineNoLogits
 from decider.guard import LogitsGuard
 
 SENTINEL = float(np.finfo(np.float32).min)
-rng = np.random.default_rng()
 
 
 def job(prefix=(2, 10, 11)):
@@ -19,12 +18,12 @@ def row(values, lse=12.5):
     return [[(NodeLogits((), (5, 7), np.asarray(values, np.float32), lse),)]]
 
 
-def fresh():
+def fresh(rng):
     return rng.normal(0, 4, 2).astype(np.float32)
 
 
-def test_a_written_row_passes():
-    LogitsGuard(SENTINEL).check([job()], row(fresh()))
+def test_a_written_row_passes(rng):
+    LogitsGuard(SENTINEL).check([job()], row(fresh(rng)))
 
 
 @pytest.mark.parametrize(
@@ -44,16 +43,16 @@ def test_unwritten_rows_are_refused(values, lse, tell):
     assert "the engine returned no logits" in str(info.value)
 
 
-def test_the_previous_pass_row_for_another_prompt_is_stale():
+def test_the_previous_pass_row_for_another_prompt_is_stale(rng):
     guard = LogitsGuard(SENTINEL)
-    values = fresh()
+    values = fresh(rng)
     guard.check([job((2, 10, 11))], row(values))
     with pytest.raises(EngineNoLogits, match="previous pass"):
         guard.check([job((2, 10, 12))], row(values))
 
 
-def test_the_same_prompt_may_give_the_same_row_again():
+def test_the_same_prompt_may_give_the_same_row_again(rng):
     guard = LogitsGuard(SENTINEL)
-    values = fresh()
+    values = fresh(rng)
     guard.check([job()], row(values))
     guard.check([job()], row(values))

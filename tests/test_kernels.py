@@ -12,10 +12,13 @@ from decider.engines.random_gguf import T, random_blocks
 from decider.engines.gemma3 import qweight
 from decider.engines.gguf_weights import pack
 from decider.kernels import qmatmul as qm
-from trees import ancestors, draw, random_forest
+from helpers.trees import ancestors, draw, random_forest
 
 from decider.kernels import fused
 from decider.kernels.attention import attend, pass_mask, tree_bounds
+
+# every test draws from torch's global generator: seeded by the rng fixture
+pytestmark = pytest.mark.usefixtures("rng")
 
 TYPES = [T.Q4_0, T.Q4_1, T.Q4_K, T.Q5_0, T.Q6_K, T.Q8_0]
 
@@ -27,16 +30,15 @@ def packed(qtype, rows, cols, rng):
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
-def test_dequantize_reads_packed_words_exactly(qtype):
-    w, ref = packed(qtype, 8, 512, np.random.default_rng())
+def test_dequantize_reads_packed_words_exactly(qtype, rng):
+    w, ref = packed(qtype, 8, 512, rng)
     got = qm.dequantize(w).numpy() + np.float32(0)  # -0.0 -> +0.0 (see test_gguf_weights)
     assert np.array_equal(got.view(np.uint32), (ref + np.float32(0)).view(np.uint32))
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
-def test_qmatmul_and_embed_match_the_dense_weight(qtype, monkeypatch):
+def test_qmatmul_and_embed_match_the_dense_weight(qtype, monkeypatch, rng):
     monkeypatch.setattr(qm, "CHUNK_ROWS", 16)  # 40 rows: three chunks
-    rng = np.random.default_rng()
     w, ref = packed(qtype, 40, 256, rng)
     x = torch.randn(5, 256)
     # fp32 sums in another order: 1e-5 relative to the size of the products
@@ -48,10 +50,10 @@ def test_qmatmul_and_embed_match_the_dense_weight(qtype, monkeypatch):
     assert torch.equal(qm.dequantize(sub), torch.from_numpy(ref)[[7, 2]] + 0.0)
 
 
-def test_half_precision_qmatmul_into_fp32_sums_in_fp32():
+def test_half_precision_qmatmul_into_fp32_sums_in_fp32(rng):
     """The head's logits: fp16 activations and weights, products summed in fp32 (the
     kernel's accumulator), so a sum past fp16's range stays finite and exact."""
-    w, ref = packed(T.Q8_0, 4, 256, np.random.default_rng())
+    w, ref = packed(T.Q8_0, 4, 256, rng)
     x = torch.full((2, 256), 60.0, dtype=torch.float16)
     w = qm.QWeight(w.codes, w.scale * 1000, None, w.group, w.bits)  # sums past 65504
     got = qm.qmatmul(x, w, torch.empty(2, 4))
@@ -60,8 +62,7 @@ def test_half_precision_qmatmul_into_fp32_sums_in_fp32():
     assert qm.qmatmul(x, w).dtype == torch.float16  # into x.dtype unless told
 
 
-def test_qmatmul_gelu_is_gelu_times_up_of_interleaved_rows():
-    rng = np.random.default_rng()
+def test_qmatmul_gelu_is_gelu_times_up_of_interleaved_rows(rng):
     w, ref = packed(T.Q5_0, 48, 64, rng)  # rows 2i gate i, 2i + 1 up i
     x = torch.randn(7, 64)
     y = x @ torch.from_numpy(ref).T
@@ -167,13 +168,12 @@ def test_fused_steps_match_their_plain_definitions():
 
 @pytest.mark.parametrize("types", [(T.Q5_0, T.Q8_0), (T.Q4_1, T.Q5_0), (T.F32, T.F32)],
                          ids=["joined", "separate", "dense"])
-def test_an_interleaved_projection_alternates_its_two_weights_rows(types):
+def test_an_interleaved_projection_alternates_its_two_weights_rows(types, rng):
     """Linear(interleave=True): output column 2i from the first weight, 2i + 1 from the
     second, whether the two pack into one weight (one matmul), differ in form (one each)
     or are dense; .gelu is gelu_mul of that output."""
     from decider.engines.gemma3 import Linear
 
-    rng = np.random.default_rng()
     weights, dense = [], []
     for qtype in types:
         block, _ = gguf.GGML_QUANT_SIZES[qtype]

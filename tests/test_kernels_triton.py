@@ -25,7 +25,7 @@ if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
 os.environ["TRITON_INTERPRET"] = "1"
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
-from trees import draw, forest_inputs, random_job  # noqa: E402
+from helpers.trees import draw, forest_inputs, random_job  # noqa: E402
 
 from decider.kernels import arrivals, fused, fused_triton  # noqa: E402
 from decider.kernels.columns import columns  # noqa: E402
@@ -35,6 +35,9 @@ from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
 from decider.kernels import qmatmul_triton as qmt  # noqa: E402
 from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton  # noqa: E402
+
+# every test draws from torch's global generator: seeded by the rng fixture
+pytestmark = pytest.mark.usefixtures("rng")
 
 
 def close(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -347,15 +350,13 @@ def test_norms_keep_an_fp32_residual_stream_beside_low_precision_sublayers(dtype
 
 
 @pytest.mark.parametrize("budget", [10_000, 300, 40])
-def test_columns_kernel_expands_packed_passes_as_the_reference(budget):
+def test_columns_kernel_expands_packed_passes_as_the_reference(budget, rng):
     """Every pass of a random plan (packed trees, cache-writing chunks, branches read
     after them; hundreds of chains in the largest), padded by 0-300 tokens: the kernel's
     columns equal the reference's, across several 256-token programs."""
-    import numpy as np
 
     from decider.engines.passes import plan
 
-    rng = np.random.default_rng()
     window = int(rng.integers(1, 40))
     jobs = [random_job(rng) for _ in range(40)]
     for p in plan(jobs, budget, window).passes:
@@ -364,20 +365,18 @@ def test_columns_kernel_expands_packed_passes_as_the_reference(budget):
         assert torch.equal(columns_triton(packed, size, window), columns(packed, size, window))
 
 
-def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatch, tmp_path):
+def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatch, tmp_path, rng):
     """The torch engine's score() with every operation on the Triton kernels (CPU tensors,
     interpreted, fp32): packed token trees, a job too long for one pass going through the
     KV cache in chunks, label rows, the full-vocabulary logsumexp; the projections in
     gemma-3-270m's packed forms (q, k, v and gate, up joined: the fused epilogues run).
     Within the CPU path's 1e-3 of the transformers reference."""
-    import numpy as np
-    from test_torch_engine import VOCAB, max_diff, rand_branch, rand_ids
+    from helpers.tiny import VOCAB, max_diff, rand_branch, rand_ids
 
     from decider.engines import ScoreJob, load_engine
     from decider.engines.random_gguf import Q4_K_M, write_tiny_gemma3
     from decider.kernels import dispatch
 
-    rng = np.random.default_rng()
     path = write_tiny_gemma3(tmp_path / "m.gguf", rng, layers=2, window=16, vocab=VOCAB,
                              types=Q4_K_M)
     reference = load_engine("reference", path, 256)

@@ -10,7 +10,7 @@ from decider.engines import Branch, ScoreJob, load_engine
 from decider.errors import ConfigError, PromptTooLong
 from decider.scoring import answer_log_probs, build_candidates
 
-from plain_llama import plain_llama, plain_rows
+from helpers.plain_llama import plain_llama, plain_rows
 
 # The plain decodes use the engine's batches (the prefix with the first branch, later
 # branches appended to the kept prefix), flash attention setting and weight layout:
@@ -230,3 +230,15 @@ def test_engine_bench_runs_each_engine_in_its_own_process(tmp_path, capsys):
                              "3 x 16 tokens (decisions/s)"]
         assert all(v > 0 for v in col.values())
     assert "llama/triton" in out and "reference" not in out.split("failed")[1]
+
+
+def test_llama_cpps_own_reason_is_kept_when_it_refuses_a_file(model_path, tmp_path):
+    from decider.engines.vocab import Vocab
+    from decider.errors import EngineFailure
+
+    cut = tmp_path / "cut.gguf"
+    with model_path.open("rb") as f:
+        cut.write_bytes(f.read(1 << 20))
+    for load in (lambda: load_engine("llama", cut, 512), lambda: Vocab(cut, True)):
+        with pytest.raises(EngineFailure, match="could not load .*cut.gguf: .*failed to read"):
+            load()

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from decider.engines import Branch, ScoreJob, label_trie, load_engine
-from decider.engines.llama_layout import leaves
+from decider.engines.base import trie_leaves
 from decider.engines.random_gguf import T, write_tiny_gemma3
 
-from plain_llama import PlainContext
+from helpers.plain_llama import PlainContext
 
 WINDOW, N_BATCH, N_CTX, VOCAB = 64, 64, 1024, 600
 # The plain decodes run in a context made as the engine's (the same cache sizes), with
@@ -81,13 +81,13 @@ def expected_nodes(llm, job: ScoreJob):
     for branch in job.branches:
         trie = label_trie(branch.candidates)
         rows = {}
-        for leaf in leaves(trie):
+        for leaf in trie_leaves(trie):
             piece = branch.suffix + leaf
             r = (llm.probe(len(job.prefix), piece, WINDOW) if len(piece) <= N_BATCH
                  else llm.rows(job.prefix, piece)[len(job.prefix):])
             rows.update({leaf[:k]: r[len(branch.suffix) - 1 + k] for k in range(len(leaf) + 1)})
         out.append(rows)
-        if len(branch.suffix) + max(map(len, leaves(trie))) > N_BATCH:
+        if len(branch.suffix) + max(map(len, trie_leaves(trie))) > N_BATCH:
             llm.start(job.prefix)  # rows() began a fresh sequence
     return out
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from decider.engines import Branch, ScoreJob, label_trie, load_engine
-from decider.engines.llama_layout import leaves
-from plain_llama import PlainContext
-from real_prompts import words
+from decider.engines.base import trie_leaves
+from helpers.plain_llama import PlainContext
+from helpers.real_prompts import words
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def plain_nodes(plain: PlainContext, at: int, branch: Branch):
     sequence: the suffix and each label path after the first `at` positions."""
     trie = label_trie(branch.candidates)
     out = []
-    for leaf in leaves(trie):
+    for leaf in trie_leaves(trie):
         rows = plain.probe(at, branch.suffix + leaf, WINDOW)
         for k in range(len(leaf) + 1):
             path = leaf[:k]
@@ -86,7 +86,7 @@ def test_every_length_around_the_window_fits_and_matches_plain_decodes(
     lengths = sorted({n for k in range(1, N_CTX // WINDOW + 1)
                       for n in (WINDOW * k - 1, WINDOW * k, WINDOW * k + 1)
                       if n + longest <= N_CTX} | {N_CTX - longest})
-    text = (engine.info.bos_id, *tok(words(np.random.default_rng(19), 7000)))
+    text = (engine.info.bos_id, *tok(words(np.random.default_rng(19), 9000)))
     assert len(text) >= N_CTX
     done = 0  # the plain sequence grows from one length to the next
     gaps = []

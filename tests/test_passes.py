@@ -11,7 +11,7 @@ from decider.engines import ScoreJob, label_trie
 from decider.engines.passes import Pass, plan
 from decider.kernels.attention import tree_bounds
 from decider.kernels.columns import END, IDS, LO_FULL, LO_SLIDE, POS, columns
-from trees import random_job
+from helpers.trees import random_job
 
 
 def meta(p: Pass, size: int = 0) -> np.ndarray:
@@ -46,11 +46,10 @@ def tree(job: ScoreJob, with_prefix: bool):
 
 
 @pytest.mark.parametrize("budget", [10_000, 60, 25])
-def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget):
+def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget, rng):
     """Each job's columns, wherever the plan put them: packed side by side (bounds offset
     by where the job starts), or its prefix in cache-writing chunks and its branches in a
     pass of their own after them."""
-    rng = np.random.default_rng()
     window = int(rng.integers(1, 20))
     jobs = [random_job(rng) for _ in range(12)]
     layout = plan(jobs, budget, window)
@@ -94,11 +93,10 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget):
                                       for b in j.branches)
 
 
-def test_a_pass_padded_to_a_graph_size_keeps_its_columns_and_pads_with_lone_tokens():
+def test_a_pass_padded_to_a_graph_size_keeps_its_columns_and_pads_with_lone_tokens(rng):
     """Expanded to a larger size: the pass's own columns unchanged, then tokens that see
     only themselves (id 0 at position 0), so padding changes no real token's attention.
     A size below the pass's tokens is refused, never cut."""
-    rng = np.random.default_rng()
     [p] = plan([random_job(rng) for _ in range(3)], 10_000, int(rng.integers(1, 20))).passes
     size = p.tokens + int(rng.integers(1, 50))
     padded = meta(p, size)

@@ -6,8 +6,6 @@ import pytest
 from decider.engines.base import NodeLogits, label_trie
 from decider.scoring import Candidates, answer_log_probs, build_candidates, label_mass
 
-rng = np.random.default_rng()
-
 
 def fake_tokenize(vocab: dict[str, list[int]]):
     return lambda text: vocab[text]
@@ -25,7 +23,7 @@ def test_surface_forms_with_the_same_tokens_count_once():
     assert cands.sequences == ((5,), (7,))
 
 
-def random_result(cands: Candidates, vocab_lse: float = 30.0):
+def random_result(rng, cands: Candidates, vocab_lse: float = 30.0):
     """Random raw logits at every trie node, as an engine would return them."""
     return tuple(
         NodeLogits(path, ids, rng.normal(0, 3, len(ids)).astype(np.float32),
@@ -34,10 +32,10 @@ def random_result(cands: Candidates, vocab_lse: float = 30.0):
     )
 
 
-def test_trie_scores_match_a_direct_product_of_stepwise_softmaxes():
+def test_trie_scores_match_a_direct_product_of_stepwise_softmaxes(rng):
     # answers 0: two surface forms, one multi-token; 1: shares its first token with 0
     cands = Candidates(((3, 4), (6,), (3, 8, 2)), (0, 0, 1))
-    result = random_result(cands)
+    result = random_result(rng, cands)
     nodes = {n.path: n for n in result}
 
     def step(path, token):

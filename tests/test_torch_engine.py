@@ -14,15 +14,10 @@ from decider.engines.random_gguf import T, write_tiny_gemma3
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.errors import (ActivationOverflow, ConfigError, EngineFailure, EngineOutOfMemory,
                             PromptTooLong)
-from unwritten import assert_unwritten_rows_refused
+from helpers.seeds import seeded
+from helpers.tiny import TOL, VOCAB, WINDOW, max_diff, rand_branch, rand_ids
+from helpers.unwritten import assert_unwritten_rows_refused
 
-# fp32 in both engines, different summation orders (packed dequant + matmul, cached
-# prefix, token trees) against transformers' full forwards: up to 6e-6 measured on
-# logits up to ~11, so 1e-3 leaves a wide margin while a real bug (a wrong mask, rope or
-# norm) moves logits by 1e-1 or more.
-TOL = 1e-3
-WINDOW = 16
-VOCAB = 384
 MIXES = {
     # every packed type and a dense one, with the embedding (and tied head) Q8_0
     "mixed": {},
@@ -34,7 +29,7 @@ MIXES = {
 @pytest.fixture(scope="module", params=list(MIXES))
 def tiny(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny") / f"{request.param}.gguf"
-    write_tiny_gemma3(path, np.random.default_rng(), window=WINDOW, vocab=VOCAB,
+    write_tiny_gemma3(path, seeded(f"tiny[{request.param}]"), window=WINDOW, vocab=VOCAB,
                       types=MIXES[request.param])
     torch_engine = load_engine("triton", path, 256, device="cpu")
     reference = load_engine("reference", path, 256)
@@ -43,36 +38,8 @@ def tiny(request, tmp_path_factory):
     reference.close()
 
 
-def rand_ids(rng, n):
-    return tuple(int(t) for t in rng.integers(3, VOCAB, n))
-
-
-def rand_branch(rng, suffix_len):
-    """A suffix and labels that share first tokens (a trie several levels deep)."""
-    a, b, c = rand_ids(rng, 3)
-    return Branch(rand_ids(rng, suffix_len), ((a,), (b, c), (b, a, c), (c, b)))
-
-
-def max_diff(got, want) -> float:
-    """Largest difference of logits and logsumexps; the tries must be identical."""
-    worst = 0.0
-    for gb, wb in zip(got, want, strict=True):
-        for gn, wn in zip(gb, wb, strict=True):
-            assert (gn.path, gn.token_ids) == (wn.path, wn.token_ids)
-            assert gn.logits.dtype == np.float32 and np.all(np.isfinite(gn.logits))
-            worst = max(worst, float(np.abs(gn.logits - wn.logits).max()))
-            if gn.path == ():
-                worst = max(worst, abs(gn.logsumexp - wn.logsumexp))
-            else:
-                assert gn.logsumexp is None
-            assert np.argmax(gn.logits) == np.argmax(wn.logits) or np.sort(wn.logits)[-1] - \
-                np.sort(wn.logits)[-2] < TOL  # same decision at every node, barring ties
-    return worst
-
-
-def test_label_logits_match_the_reference(tiny):
+def test_label_logits_match_the_reference(tiny, rng):
     _, engine, reference = tiny
-    rng = np.random.default_rng()
     jobs = [ScoreJob((2, *rand_ids(rng, n)), tuple(rand_branch(rng, s) for s in (1, 4, 9)))
             for n in (3, 30, 70)]
     got, want = engine.score(jobs), reference.score(jobs)
@@ -81,10 +48,9 @@ def test_label_logits_match_the_reference(tiny):
 
 @pytest.mark.parametrize("n_batch", [7, 20, 512])  # prefix chunks below, above, past the window
 @pytest.mark.parametrize("length", [WINDOW - 1, WINDOW, WINDOW + 1, 3 * WINDOW])
-def test_sliding_window_edges(tiny, length, n_batch):
+def test_sliding_window_edges(tiny, length, n_batch, rng):
     path, _, reference = tiny
     engine = load_engine("triton", path, 256, device="cpu", n_batch=n_batch)
-    rng = np.random.default_rng()
     # the answer position is token `length - 1`; its two-token label paths cross the edge
     job = ScoreJob((2, *rand_ids(rng, length - 4)), (rand_branch(rng, 3), rand_branch(rng, 1)))
     [got], [want] = engine.score([job]), reference.score([job])
@@ -113,9 +79,8 @@ def test_prefixes_of_many_windows_go_through_the_ring_of_window_slots(tiny, rng,
     ring.close()
 
 
-def test_a_shared_prefix_with_several_branches_equals_separate_passes(tiny):
+def test_a_shared_prefix_with_several_branches_equals_separate_passes(tiny, rng):
     _, engine, reference = tiny
-    rng = np.random.default_rng()
     prefix = (2, *rand_ids(rng, 2 * WINDOW + 5))
     branches = tuple(rand_branch(rng, s) for s in (2, 5, 1, 12))
     [shared] = engine.score([ScoreJob(prefix, branches)])
@@ -124,9 +89,8 @@ def test_a_shared_prefix_with_several_branches_equals_separate_passes(tiny):
     assert max_diff(shared, reference.score([ScoreJob(prefix, branches)])[0]) < TOL
 
 
-def test_unwritten_rows_are_refused_by_the_guard(tiny, fault_file):
+def test_unwritten_rows_are_refused_by_the_guard(tiny, fault_file, rng):
     _, engine, _ = tiny
-    rng = np.random.default_rng()
     job = ScoreJob((2, *rand_ids(rng, 20)), (rand_branch(rng, 3),))
     other = ScoreJob((2, *rand_ids(rng, 20)),
                      (Branch(rand_ids(rng, 3), job.branches[0].candidates),))
@@ -167,13 +131,13 @@ def test_an_option_the_engine_lacks_is_refused_by_name(tiny):
         load_engine("triton", path, 256, device="cpu", dtype="fp8")
 
 
-def test_an_fp16_overflow_is_refused_with_its_limit_and_the_way_out(tiny):
+def test_an_fp16_overflow_is_refused_with_its_limit_and_the_way_out(tiny, rng):
     """An activation past 65504 becomes inf, then NaN through the next norm: the call is
     refused with an error naming the dtype and its limit. bf16, which has fp32's range,
     answers the same model finitely."""
     path, _, _ = tiny
-    job = ScoreJob((2, *rand_ids(np.random.default_rng(), 20)), (rand_branch(
-        np.random.default_rng(), 3),))
+    job = ScoreJob((2, *rand_ids(rng, 20)), (rand_branch(
+        rng, 3),))
     answers = {}
     for dtype in ("float16", "bfloat16"):
         engine = load_engine("triton", path, 256, device="cpu", dtype=dtype)
@@ -190,8 +154,8 @@ def test_an_fp16_overflow_is_refused_with_its_limit_and_the_way_out(tiny):
     assert all(np.isfinite(n.logits).all() for n in answers["bfloat16"][0][0])
 
 
-def test_a_tensor_type_it_cannot_hold_exactly_is_refused_at_load(tmp_path):
-    path = write_tiny_gemma3(tmp_path / "q5k.gguf", np.random.default_rng(), layers=1,
+def test_a_tensor_type_it_cannot_hold_exactly_is_refused_at_load(tmp_path, rng):
+    path = write_tiny_gemma3(tmp_path / "q5k.gguf", rng, layers=1,
                              types={"ffn_up": T.Q5_K})
     with pytest.raises(ConfigError, match=r"'blk\.0\.ffn_up\.weight' has GGML type Q5_K"):
         load_engine("triton", path, 256, device="cpu")

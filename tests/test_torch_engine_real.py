@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from real_prompts import assert_within_llama_bounds, fixed_requests, p_yes, p_yes_gaps, words
+from helpers.real_prompts import (assert_within_llama_bounds, fixed_requests, p_yes,
+                                  p_yes_gaps, words)
 
 from decider import Decider, Request, YesNo
 from decider.engines import Branch, ScoreJob
@@ -73,8 +74,7 @@ def test_the_tokenizer_gives_the_llama_engines_ids(triton, reference, decider):
     assert triton.engine.info.bos_id == decider.engine.info.bos_id
 
 
-def test_label_logits_match_the_reference_and_llama_cpp(triton, reference, decider):
-    rng = np.random.default_rng()
+def test_label_logits_match_the_reference_and_llama_cpp(triton, reference, decider, rng):
     batch = jobs(triton.engine.tokenize, rng)
     got = triton.engine.score(batch)
     for job, g, w in zip(batch, got, reference.engine.score(batch)):
@@ -85,8 +85,7 @@ def test_label_logits_match_the_reference_and_llama_cpp(triton, reference, decid
     assert np.concatenate(gaps).mean() < LLAMA_MEAN_TOL
 
 
-def test_a_decision_through_decider_with_each_engine(triton, reference):
-    rng = np.random.default_rng()
+def test_a_decision_through_decider_with_each_engine(triton, reference, rng):
     text = f"The parcel came {rng.integers(2, 9)} days late and the screen is broken."
     [a] = triton.decide(text, [YesNo("Is the customer unhappy?")]).answers
     [b] = reference.decide(text, [YesNo("Is the customer unhappy?")]).answers

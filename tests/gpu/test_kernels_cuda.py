@@ -15,14 +15,15 @@ import os
 import pytest
 import torch
 
-pytestmark = pytest.mark.gpu
+# every test draws from torch's global generator: seeded by the rng fixture
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rng")]
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 if os.environ.get("TRITON_INTERPRET") == "1":
     pytest.skip("TRITON_INTERPRET=1 in this process: the kernels would not compile",
                 allow_module_level=True)
 
-from trees import forest_inputs, random_job  # noqa: E402
+from helpers.trees import forest_inputs, random_job  # noqa: E402
 
 from decider.kernels import arrivals, fused  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
@@ -213,14 +214,12 @@ def test_fused_kernels_on_gemma3_shapes(dtype):
 
 
 @pytest.mark.parametrize("budget", [32768, 2048, 100])
-def test_columns_of_packed_passes_on_the_device(budget):
+def test_columns_of_packed_passes_on_the_device(budget, rng):
     """Each pass of a plan of 300 random jobs, expanded on the GPU to a graph-like padded
     size, equals the CPU reference."""
-    import numpy as np
 
     from decider.engines.passes import plan
 
-    rng = np.random.default_rng()
     window = int(rng.integers(1, 600))
     for p in plan([random_job(rng) for _ in range(300)], budget, window).passes:
         packed = torch.from_numpy(p.pack())

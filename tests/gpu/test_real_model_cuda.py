@@ -1,15 +1,15 @@
 """The Triton engine on CUDA (fp16 activations, CUDA graphs) on the real gemma-3-270m:
 p_yes against the fp32 reference within the GPU bound, and against llama.cpp within the
-issue's bounds, over the fixed prompt set of tests/real_prompts.py (and, against the
+issue's bounds, over the fixed prompt set of tests/helpers/real_prompts.py (and, against the
 reference, fresh random texts), each request alone (the latency path: one graph, head
 and all) and all in one call (batched passes)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from real_prompts import assert_within_llama_bounds, fixed_requests, p_yes, p_yes_gaps, words
+from helpers.real_prompts import (assert_within_llama_bounds, fixed_requests, p_yes,
+                                  p_yes_gaps, words)
 
 from decider import Decider, Request, YesNo
 
@@ -33,8 +33,7 @@ def reference(catalog):  # transformers, fp32, on the CPU: the oracle
         yield d
 
 
-def test_p_yes_against_the_fp32_reference(gpu, reference):
-    rng = np.random.default_rng()
+def test_p_yes_against_the_fp32_reference(gpu, reference, rng):
     fresh = [Request(words(rng, int(n)), (YesNo("Does the customer want money back?"),))
              for n in rng.integers(10, 600, 12)]
     requests = fixed_requests() + fresh

@@ -13,21 +13,21 @@ from decider.engines.cuda_graphs import LARGEST
 from decider.engines.passes import plan
 from decider.engines.random_gguf import write_tiny_gemma3
 from decider.engines.torch_engine import N_BATCH
+from helpers.seeds import seeded
+from helpers.tiny import VOCAB, WINDOW
+from helpers.yes_no_jobs import assert_p_yes_close, jobs
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
-WINDOW, VOCAB = 16, 384
-P_TOL = 0.02  # the issue's GPU bound on p_yes: fp16 activations (the default), fp32 head
 # bf16 has 3 mantissa bits fewer: its worst p_yes gap on these tiny models measured
-# 0.013-0.026 per model (docs/benchmarks.md), 0.001-0.002 with fp16 on the same CPU check
+# 0.013-0.026 per model (docs/experiments.md), 0.001-0.002 with fp16 on the same CPU check
 BF16_P_TOL = 0.04
-NEAR_TIE = 0.1
 
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny") / "m.gguf"
-    write_tiny_gemma3(path, np.random.default_rng(), window=WINDOW, vocab=VOCAB)
+    write_tiny_gemma3(path, seeded("engines"), window=WINDOW, vocab=VOCAB)
     out = {"ref": load_engine("reference", path, 512),
            "fp32": load_engine("triton", path, 512, device="cuda", dtype="float32"),
            # passes of at most 40 tokens: longer jobs go through the KV cache in chunks
@@ -41,28 +41,11 @@ def engines(tmp_path_factory):
         e.close()
 
 
-def jobs(rng, n: int) -> list[ScoreJob]:
-    out = []
-    for _ in range(n):
-        length = int(rng.integers(4, 3 * WINDOW + 5))
-        ids = [int(t) for t in rng.integers(3, VOCAB, length + 6)]
-        yes, no = (int(t) for t in rng.choice(np.arange(3, VOCAB), 2, replace=False))
-        out.append(ScoreJob((2, *ids[:length]), (Branch(tuple(ids[length:]), ((yes,), (no,))),)))
-    return out
-
-
-def p_yes(job: ScoreJob, result) -> float:
-    """Softmax over the two labels at the answer position; the first label is yes."""
-    [[root]] = result
-    p = np.exp(root.logits.astype(np.float64) - root.logits.max())
-    return float(p[root.token_ids.index(job.branches[0].candidates[0][0])] / p.sum())
-
-
 @pytest.mark.parametrize("name", ["fp32", "fp32-chunked"])
-def test_fp32_on_cuda_matches_the_reference(engines, name):
+def test_fp32_on_cuda_matches_the_reference(engines, name, rng):
     """12 jobs in one call: packed into one pass replayed from a CUDA graph, or (chunked)
     several passes through the KV cache."""
-    batch = jobs(np.random.default_rng(), 12)
+    batch = jobs(rng, 12)
     ref = engines["ref"].score(batch)
     got = engines[name].score(batch)
     for (g,), (r,) in zip(got, ref):
@@ -70,10 +53,10 @@ def test_fp32_on_cuda_matches_the_reference(engines, name):
         assert g[0].logsumexp == pytest.approx(r[0].logsumexp, abs=1e-3)
 
 
-def test_fp32_a_pass_past_the_largest_graph_runs_eagerly_and_matches_the_reference(engines):
+def test_fp32_a_pass_past_the_largest_graph_runs_eagerly_and_matches_the_reference(engines, rng):
     """300 jobs in one call: one pass of about 10,000 tokens, past the largest captured
     graph, runs eagerly beside the graphs (within the default pass budget)."""
-    batch = jobs(np.random.default_rng(), 300)
+    batch = jobs(rng, 300)
     sizes = [p.tokens for p in plan(batch, N_BATCH["cuda"], WINDOW).passes]
     assert len(sizes) == 1 and sizes[0] > LARGEST
     for (g,), (r,) in zip(engines["fp32"].score(batch), engines["ref"].score(batch),
@@ -82,37 +65,26 @@ def test_fp32_a_pass_past_the_largest_graph_runs_eagerly_and_matches_the_referen
         assert g[0].logsumexp == pytest.approx(r[0].logsumexp, abs=1e-3)
 
 
-def assert_p_yes_close(engine, reference, tol: float = P_TOL, n: int = 30) -> None:
-    """n fresh prompts in one call: p_yes within tol, the same decision away from a tie."""
-    batch = jobs(np.random.default_rng(), n)
-    worst = 0.0
-    for j, g, r in zip(batch, engine.score(batch), reference.score(batch), strict=True):
-        pg, pr = p_yes(j, g), p_yes(j, r)
-        worst = max(worst, abs(pg - pr))
-        if abs(pr - 0.5) >= NEAR_TIE:
-            assert (pg >= 0.5) == (pr >= 0.5)
-    assert worst <= tol, worst
-
-
 @pytest.mark.parametrize("name", ["fp16", "fp16-chunked"])
-def test_fp16_by_default_on_cuda_keeps_p_yes_within_0_02_and_the_decisions(engines, name):
+def test_fp16_by_default_on_cuda_keeps_p_yes_within_0_02_and_the_decisions(engines, name,
+                                                                          rng):
     """In one pass from a CUDA graph, or (chunked) through the fp16 KV cache."""
     assert engines[name].dtype == torch.float16
-    assert_p_yes_close(engines[name], engines["ref"])
+    assert_p_yes_close(engines[name], engines["ref"], rng)
 
 
 @pytest.mark.parametrize("n", [60, 300], ids=["graph-2048", "eager-10k"])
-def test_fp16_large_passes_multiply_dense_weights_made_ahead_and_keep_p_yes(engines, n):
+def test_fp16_large_passes_multiply_dense_weights_made_ahead_and_keep_p_yes(engines, n, rng):
     """A pass of ~2,000 tokens (a graph) or ~10,000 (eager): each layer's weights are
     dequantized on the side stream during the layer before (dense_weights.py)."""
     engine = engines["fp16"]
     [p] = plan(jobs(np.random.default_rng(0), n), N_BATCH["cuda"], WINDOW).passes
     assert any(engine.model.dense.wanted(p.tokens, engine.device))
-    assert_p_yes_close(engine, engines["ref"], n=n)
+    assert_p_yes_close(engine, engines["ref"], rng, n=n)
 
 
-def test_bf16_on_cuda_keeps_p_yes_within_0_04_and_the_decisions(engines):
-    assert_p_yes_close(engines["bf16"], engines["ref"], BF16_P_TOL)
+def test_bf16_on_cuda_keeps_p_yes_within_0_04_and_the_decisions(engines, rng):
+    assert_p_yes_close(engines["bf16"], engines["ref"], rng, BF16_P_TOL)
 
 
 def tree_job(rng, n_branches: int, n_labels: int = 2) -> ScoreJob:
@@ -133,13 +105,12 @@ def tree_job(rng, n_branches: int, n_labels: int = 2) -> ScoreJob:
     ((5, 4), False), ((1, 70), False), ((20, 2), False)],
     ids=["yes-no", "3-tries", "4-tries", "5-tries", "70-labels", "20-questions"])
 def test_one_job_calls_match_the_reference_with_the_head_in_a_graph_or_not(engines, shape,
-                                                                           in_graph):
+                                                                           in_graph, rng):
     """A call of one pass with at most HEAD_ROWS rows read (each trie node of each
     question) and HEAD_LABELS label rows runs its head inside a CUDA graph; past either
     limit the head runs eagerly: both within 1e-3 of the reference, fp32."""
     from decider.engines.cuda_graphs import HEAD_ROWS
 
-    rng = np.random.default_rng()
     engine = engines["fp32"]
     for _ in range(3):
         job = tree_job(rng, *shape)
@@ -156,12 +127,11 @@ def test_one_job_calls_match_the_reference_with_the_head_in_a_graph_or_not(engin
                     assert gn.logsumexp == pytest.approx(wn.logsumexp, abs=1e-3)
 
 
-def test_unwritten_rows_from_the_head_graph_are_refused(engines, fault_file):
+def test_unwritten_rows_from_the_head_graph_are_refused(engines, fault_file, rng):
     """The faults of an unwritten pass on the graph head's buffer: the guard sees the
     sentinel, zeros, or the previous call's rows, and the next call is whole again."""
     from unwritten import assert_unwritten_rows_refused
 
-    rng = np.random.default_rng()
     engine = engines["fp16"]
     job = tree_job(rng, 1, 4)
     other = ScoreJob(tree_job(rng, 1, 4).prefix, job.branches)  # the same labels

@@ -1,0 +1,63 @@
+"""The work bound: a request's engine work (the tokens its call places, in the loaded
+engine's layout) is known before any compute and refused past Limits.max_work_tokens,
+naming the limit; the real gemma-3-270m on the llama.cpp engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from decider import Choice, Limits, MultiLabel, Request
+from decider.engines import Branch, ScoreJob, label_trie
+from decider.errors import WorkTooLarge
+
+TEXT = "I was charged twice for my order, please refund me."
+
+
+@pytest.mark.parametrize("questions", [
+    [Choice("Topic?", [f"topic {i}" for i in range(256)])],  # ~46 s on 2 idle cores
+    [MultiLabel(f"Which {q}?", [f"label {i}" for i in range(256)]) for q in range(32)],
+])
+def test_a_request_that_would_hold_the_engine_for_minutes_is_refused_before_any_pass(
+        decider, fault_file, questions):
+    fault_file.write_text("oom")  # a pass that began would fail with OOM instead
+    with pytest.raises(WorkTooLarge) as info:
+        decider.decide(TEXT, questions)
+    e = info.value
+    assert int(e.metadata["work_tokens"]) > int(e.metadata["max_work_tokens"]) == 16384
+    assert "max_work_tokens" in e.message and "--max-work-tokens" in e.message
+    assert e.kind == "out_of_range"
+    assert fault_file.exists()  # no engine pass began
+    fault_file.unlink()
+
+
+def test_the_bound_is_the_callers_to_set(decider):
+    request = Request(TEXT, (Choice("Topic?", ["billing", "shipping", "other"]),))
+    work = decider.engine.placed_tokens(decider.plan(request).job)
+    tight = Limits(max_work_tokens=work - 1)
+    saved = decider.limits
+    try:
+        decider.limits = tight
+        with pytest.raises(WorkTooLarge, match=f"needs {work} tokens .* limit of {work - 1}"):
+            decider.decide_request(request)
+        decider.limits = Limits(max_work_tokens=work)
+        assert decider.decide_request(request).answers[0].label in ("billing", "shipping",
+                                                                     "other")
+    finally:
+        decider.limits = saved
+
+
+def test_llama_places_a_branchs_suffix_again_in_each_decode_group(decider):
+    """Its decodes hold at most n_parallel (4) label paths: 9 two-token labels take three
+    groups, each placing the suffix and its labels' first tokens."""
+    suffix = tuple(range(10, 30))
+    job = ScoreJob((2, 5, 6), (Branch(suffix, tuple((100 + i, 7) for i in range(9))),))
+    assert len(label_trie(job.branches[0].candidates)) == 10  # the answer position + 9
+    assert decider.engine.placed_tokens(job) == 3 + 3 * len(suffix) + 9
+    two = ScoreJob((2, 5, 6), (Branch(suffix, ((7, 8), (7, 9))), Branch(suffix[:5], ((4,),))))
+    assert decider.engine.placed_tokens(two) == 3 + len(suffix) + 1 + 5  # one group
+
+
+def test_the_cli_flag_sets_the_bound(run_cli):
+    out = run_cli("run", "gemma-3-270m", TEXT, "-q", "Refund?", "--max-work-tokens", "10")
+    assert out.returncode == 1 and out.stdout == b""
+    assert "WORK_TOO_LARGE" in out.stderr.decode() and "limit of 10" in out.stderr.decode()
