@@ -6,6 +6,8 @@ or a bad value is refused with the file, the key and the reason, before READY=1.
     [tls]      cert, key, client_ca, allow_insecure_tcp
     [model]    name, engine, n_ctx, threads, gpu_layers, gpu, dtype
     [paths]    cache_dir, catalog
+    [http]     address, api_keys, key_file, tls_cert, tls_key, tls_client_ca, model_aliases,
+               max_body_bytes, request_timeout_seconds, max_connections (decider/http)
 
 Flags of `decider serve` override the file; with neither, the defaults below apply.
 """
@@ -62,16 +64,33 @@ class PathsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpSection:
+    """The System One HTTP API (docs/systemone.md); checked by decider.http.serve."""
+
+    address: str = ""  # host:port or unix:///path; "" serves no HTTP
+    api_keys: tuple[str, ...] = ()  # bearer keys, or "sha256:<hex>" of a key
+    key_file: str = ""  # a file of keys or "sha256:<hex>" lines
+    tls_cert: str = ""  # "" uses [tls] cert
+    tls_key: str = ""  # "" uses [tls] key
+    tls_client_ca: str = ""  # "" uses [tls] client_ca
+    model_aliases: tuple[str, ...] = ()  # more names the served model answers to
+    max_body_bytes: int = 16 * 2**20
+    request_timeout_seconds: float = 30.0  # past it a request is answered 504
+    max_connections: int = 512  # past it new connections get 503
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerSection = ServerSection()
     tls: TlsSection = TlsSection()
     model: ModelSection = ModelSection()
     paths: PathsSection = PathsSection()
+    http: HttpSection = HttpSection()
     source: str = field(default="(defaults)", compare=False)
 
 
 _SECTIONS = {"server": ServerSection, "tls": TlsSection, "model": ModelSection,
-             "paths": PathsSection}
+             "paths": PathsSection, "http": HttpSection}
 _CHOICES = {"log_format": ("json", "console", "auto"),
             "log_level": ("debug", "info", "warning", "error"),
             "dtype": ("", *DTYPES)}
@@ -86,6 +105,10 @@ def _check(origin: str, section: str, key: str, value, default):
     if key == "listen":
         if not (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
             raise ConfigError(f"{where}: must be a non-empty list of addresses", key=key)
+        return tuple(value)
+    if isinstance(default, tuple):  # lists of strings that may be empty
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where}: must be a list of strings", key=key)
         return tuple(value)
     kind = type(default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):

@@ -1,0 +1,171 @@
+"""The FastAPI application: POST /v1/systemone, GET /v1/models, health, metrics, OpenAPI."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from .. import __version__
+from ..errors import DeciderError, InvalidRequest, ModelNotFound, Unavailable
+from ..metrics import Metrics
+from .auth import Keys
+from .backend import Backend
+from .body import read_body
+from .errors import Refused, error_response, field_errors_response, json_response, refusal
+from .front import Front
+from .mapping import BadBody, parse_body, to_decider
+from .schema import ModelCard, ModelList, Refusal, SystemOneRequest, SystemOneResponse, \
+    ValidationFailed
+
+REFUSALS = {
+    400: "Over the loaded window (prompt_tokens, n_ctx), or an undecodable body",
+    401: "No API key, or not a valid one",
+    404: "The model is not served here",
+    408: "The body did not arrive in time",
+    413: "The body is over the limit (limit)",
+    415: "An unsupported Content-Encoding",
+    429: "The queue is full (Retry-After)",
+    500: "The engine failed, or returned no logits",
+    503: "Not ready, draining, or out of memory (Retry-After)",
+    504: "The request's time ran out",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    keys: Keys
+    aliases: tuple[str, ...] = ()
+    max_body_bytes: int = 16 * 2**20
+    request_timeout_seconds: float = 30.0
+    log_text: bool = False
+
+
+async def _disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _answer(backend: Backend, request, deadline: float, receive):
+    """The backend's outcome; its work is withdrawn if the client goes away first."""
+    work = asyncio.ensure_future(backend.submit(request, deadline))
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()
+    if work.cancelled():
+        raise Refused(499, "CLIENT_GONE", "the client closed the connection")
+    return work.result()
+
+
+def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
+    app = FastAPI(title="decider: the System One API", version=__version__, docs_url=None,
+                  redoc_url=None, openapi_url="/openapi.json")
+    metrics = metrics or Metrics()
+    app.add_middleware(Front, metrics=metrics)
+    bearer = HTTPBearer(auto_error=False, description="An API key of [http] api_keys or "
+                        "key_file; not asked for when none is configured (loopback only).")
+
+    def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if not settings.keys:
+            return
+        if credentials is None or not settings.keys.accepts(credentials.credentials):
+            why = ("the API key is not valid" if credentials else
+                   "send an API key as Authorization: Bearer <key>")
+            raise Refused(401, "UNAUTHENTICATED", why,
+                          headers={"WWW-Authenticate": 'Bearer realm="decider"'})
+
+    def served():
+        model = backend.served()
+        if model is None:
+            raise Unavailable("no model is loaded yet")
+        return model
+
+    @app.post("/v1/systemone", response_model=SystemOneResponse, dependencies=[
+        Depends(authorized)], responses={422: {"model": ValidationFailed}} | {
+        s: {"model": Refusal, "description": d} for s, d in REFUSALS.items()},
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/SystemOneRequest"}}}}})
+    async def systemone(request: Request) -> Response:
+        """Answer typed questions about one state."""
+        deadline = time.monotonic() + settings.request_timeout_seconds
+        raw = await read_body(request, settings.max_body_bytes,
+                              settings.request_timeout_seconds)
+        body = parse_body(raw)
+        model = served()
+        if body.model != model.name and body.model not in settings.aliases:
+            raise ModelNotFound(f"model {body.model!r} is not served here; GET /v1/models "
+                                "lists what is", model=body.model)
+        asked = to_decider(body, model.limits)
+        request.state.questions = len(asked.request.questions)
+        if settings.log_text:
+            request.state.text = asked.request.text
+        try:
+            outcome = await _answer(backend, asked.request, deadline, request.receive)
+        except InvalidRequest as e:
+            raise asked.bad_body(e) from None
+        request.state.outcome = "OK"
+        request.state.prompt_tokens = outcome.decision.usage.prompt_tokens
+        out = asked.response(outcome, model.sha256, model.template_version)
+        return Response(out.model_dump_json(), media_type="application/json")
+
+    @app.get("/v1/models", response_model=ModelList, dependencies=[Depends(authorized)])
+    async def models() -> ModelList:
+        """The model served here, under its name and each alias."""
+        m = served()
+        card = ModelCard(name=m.name, description=m.description, release_date=m.release_date,
+                         n_ctx=m.n_ctx, engine=m.engine, sha256=m.sha256)
+        return ModelList(models=[card, *(card.model_copy(update={
+            "name": a, "description": f"{m.name} under another name: {m.description}"})
+            for a in settings.aliases)])
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        """Live: the process answers HTTP."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", responses={503: {"description": "Not ready (Retry-After)"}})
+    async def readyz() -> Response:
+        """Ready only while the model is loaded and warm (gRPC health SERVING)."""
+        if backend.ready():
+            return json_response(200, {"status": "ready"})
+        return json_response(503, {"status": "not ready"}, {"Retry-After": "5"})
+
+    @app.get("/metrics", dependencies=[Depends(authorized)])
+    async def prometheus() -> Response:
+        """Prometheus text: the daemon's metrics and the HTTP front end's."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def noted(handler):
+        async def handle(request: Request, exc: Exception) -> Response:
+            request.state.outcome = getattr(exc, "reason", "INVALID_REQUEST")
+            return handler(exc)
+        return handle
+
+    app.add_exception_handler(BadBody, noted(lambda e: field_errors_response(e.errors)))
+    app.add_exception_handler(DeciderError, noted(error_response))
+    app.add_exception_handler(Refused, noted(lambda e: refusal(
+        e.status, e.reason, e.message, e.headers, **e.metadata)))
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                              description="docs/systemone.md: the mapping to decider")
+            schema = SystemOneRequest.model_json_schema(
+                ref_template="#/components/schemas/{model}")
+            components = doc.setdefault("components", {}).setdefault("schemas", {})
+            components.update(schema.pop("$defs", {}), SystemOneRequest=schema)
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi
+    return app
