@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--instructions", default="", help="instructions placed before the text")
     run.add_argument("--jsonl", metavar="FILE",
                      help="answer one JSON request per line of FILE ('-': stdin), one model load")
+    run.add_argument("--systemone", metavar="FILE",
+                     help="answer the System One request in FILE ('-': stdin), the JSON that "
+                          "POST /v1/systemone takes; print the response's JSON")
     _add_load_flags(run)
     run.add_argument("--json", action="store_true", help="print the answer as JSON")
     run.add_argument("--server", metavar="ADDRESS",
@@ -78,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
     serve.add_argument("--metrics-port", type=int,
                        help="serve Prometheus metrics on 127.0.0.1:PORT (off by default)")
+    serve.add_argument("--http", metavar="ADDRESS",
+                       help="serve the System One HTTP API on host:port or unix:///path too")
     _add_load_flags(serve)
 
     health = sub.add_parser("health", help="exit 0 only when a daemon reports SERVING")
@@ -187,6 +192,8 @@ def _report(error: DeciderError) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .api import Decider  # loads numpy and the engine registry only when needed
 
+    if args.systemone:
+        return _run_systemone(args)
     if args.jsonl:
         if args.text is not None or args.question is not None:
             raise InvalidRequest([FieldViolation("--jsonl", "cannot be combined with TEXT or "
@@ -219,12 +226,31 @@ def _run_remote(args: argparse.Namespace, lines, request) -> int:
     return EXIT_OK
 
 
-def _jsonl_lines(path: str) -> list[str]:
+def _read_file(path: str, flag: str) -> bytes:
     try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as e:
-        raise InvalidRequest([FieldViolation("--jsonl", f"cannot read {path}: {e.strerror}")]
+        raise InvalidRequest([FieldViolation(flag, f"cannot read {path}: {e.strerror}")]
                              ) from None
+
+
+def _run_systemone(args: argparse.Namespace) -> int:
+    from .api import Decider
+    from .http.mapping import parse_body
+
+    if args.text is not None or args.question is not None or args.jsonl or args.server:
+        raise InvalidRequest([FieldViolation("--systemone", "cannot be combined with TEXT, "
+                              "--question, --jsonl or --server: the file is the request (a "
+                              "daemon takes it at POST /v1/systemone)")])
+    raw = _read_file(args.systemone, "--systemone")
+    parse_body(raw)  # refuse a bad file before loading the model
+    with Decider(args.model, **_load_options(args)) as decider:
+        print(json.dumps(decider.decide_systemone(raw), indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def _jsonl_lines(path: str) -> list[str]:
+    raw = _read_file(path, "--jsonl")
     try:
         return raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as e:
@@ -302,13 +328,14 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
+    from dataclasses import replace
 
     from .config import load_config, with_overrides
     from .logs import configure
     from .server import check_listeners, serve
 
     def read() -> Config:  # the file as it is now, under the flags (again on SIGHUP)
-        return with_overrides(
+        cfg = with_overrides(
             load_config(args.config),
             server={"listen": tuple(args.listen) if args.listen else None,
                     "max_queue": args.max_queue, "max_batch": args.max_batch,
@@ -317,11 +344,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                  "allow_insecure_tcp": args.allow_insecure_tcp},
             model={"name": args.model, "engine": args.engine, "n_ctx": args.n_ctx,
                    "threads": args.threads, "dtype": args.dtype})
+        return replace(cfg, http=replace(cfg.http, address=args.http)) if args.http else cfg
 
     cfg = read()
     level = "debug" if args.verbose > 1 else cfg.server.log_level
     configure(level=level, fmt=cfg.server.log_format, stream=sys.stdout)  # journald
     check_listeners(cfg)
+    if cfg.http.address:
+        from .http.serve import check_http
+
+        check_http(cfg)
     return asyncio.run(serve(cfg, read))
 
 

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from .. import __version__
 from ..answers import Answer
-from ..errors import FieldViolation, InvalidRequest
+from ..errors import FieldViolation, InvalidRequest, ModelNotFound
 from ..questions import Choice, Label, Limits, MultiLabel, Question, Request, Scale, YesNo
 from ..scheduler import Outcome
 from .render import JSON_ERROR, is_empty, non_finite, render, render_line
@@ -44,12 +46,13 @@ ASK_BY_DEFAULT = {"noul": "Which answer fits the text?", "choice": "Which option
                   "decider.multi_label": "Which options apply to the text?"}
 
 
-class BadBody(Exception):
-    """The body is not a valid System One request; `errors` are FastAPI-style field errors."""
+class BadBody(InvalidRequest):
+    """The body is not a valid System One request; `errors` are FastAPI-style field errors
+    (the violations name the same fields, dotted, for the CLI and the Python API)."""
 
     def __init__(self, errors: list[dict]) -> None:
-        super().__init__("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors))
         self.errors = errors
+        super().__init__([FieldViolation(".".join(map(str, e["loc"])), e["msg"]) for e in errors])
 
 
 def field_error(loc: tuple, msg: str, kind: str = "value_error", **ctx) -> dict:
@@ -204,3 +207,24 @@ def to_decider(body: SystemOneRequest, limits: Limits) -> Asked:
     if bad:
         raise BadBody(bad)
     return asked
+
+
+def answer_here(decider, raw: bytes | str | Mapping) -> SystemOneResponse:
+    """A System One request answered by an in-process Decider (the Python API and the CLI):
+    the same validation, prompts and answers as over HTTP, with no queue."""
+    from ..catalog import file_sha256
+    from ..prompts import TEMPLATE_VERSION
+
+    body = parse_body(raw)
+    if body.model != decider.entry.name:
+        raise ModelNotFound(f"model {body.model!r} is not loaded here; this is "
+                            f"{decider.entry.name!r}", model=body.model)
+    asked = to_decider(body, decider.limits)
+    t0 = time.perf_counter()
+    try:
+        decision = decider.decide_request(asked.request)
+    except InvalidRequest as e:
+        raise asked.bad_body(e) from None
+    outcome = Outcome(decision, 0.0, 1000 * (time.perf_counter() - t0))
+    sha256 = decider.entry.sha256 or file_sha256(Path(decider.engine.info.model_path))
+    return asked.response(outcome, sha256, TEMPLATE_VERSION)
