@@ -42,8 +42,8 @@ class _Gzip:
     def __call__(self, data: bytes, most: int) -> bytes:
         return self._d.decompress(data, most)
 
-    def complete(self) -> bool:
-        return self._d.eof
+    def complete(self) -> bool:  # and nothing after the gzip member
+        return self._d.eof and not self._d.unused_data
 
 
 DECODERS = {"zstd": _Zstd, "gzip": _Gzip}
@@ -68,6 +68,8 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     try:
         async with asyncio.timeout(timeout):
             async for chunk in request.stream():
+                if not chunk:  # Starlette ends the stream with one
+                    continue
                 out = decode(chunk, limit - size + 1) if decode else chunk
                 size += len(out)
                 if size > limit:
@@ -78,7 +80,7 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
                       f"{timeout:g} s") from None
     except ClientDisconnect:
         raise Refused(499, "CLIENT_GONE", "the client closed the connection") from None
-    except (ZstdError, zlib.error) as e:
+    except (ZstdError, zlib.error, EOFError) as e:  # EOFError: data after the frame
         raise Refused(400, "BAD_ENCODING", f"the {encoding} body cannot be decoded: {e}"
                       ) from None
     if decode and not decode.complete():
