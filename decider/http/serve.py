@@ -7,6 +7,7 @@
 
 A listener beyond loopback refuses to start without API keys, and without TLS unless
 [tls] allow_insecure_tcp (a TLS proxy in front); unix sockets and loopback may go without.
+A request's headers, then its body, must each arrive within [http] request_timeout_seconds.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import structlog
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config import Config
 from ..errors import ConfigError
@@ -101,6 +103,38 @@ def _bind(plan: HttpPlan, socket_group: str) -> socket.socket:
     return socket.create_server((plan.host, plan.port), family=family)
 
 
+class _HeadersInTime(HttpToolsProtocol):
+    """uvicorn waits for a request's headers without end (a slowloris holds a connection
+    for ever): a connection whose headers do not arrive within the timeout is closed."""
+
+    header_timeout = 30.0
+    _timer: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(self.header_timeout, self.transport.close)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
 class _Uvicorn(uvicorn.Server):
     def capture_signals(self):  # the daemon owns SIGTERM, SIGINT and SIGHUP
         return contextlib.nullcontext()
@@ -126,8 +160,10 @@ async def serve_http(cfg: Config, backend: Backend, metrics: Metrics | None = No
     h = cfg.http
     app = build_app(backend, Settings(plan.keys, h.model_aliases, h.max_body_bytes,
                                       h.request_timeout_seconds, cfg.server.log_text), metrics)
+    protocol = type("HeadersInTime", (_HeadersInTime,),
+                    {"header_timeout": h.request_timeout_seconds})
     config = uvicorn.Config(
-        app, http="httptools", lifespan="off", log_config=None, access_log=False,
+        app, http=protocol, lifespan="off", log_config=None, access_log=False,
         proxy_headers=False, server_header=False, limit_concurrency=h.max_connections,
         timeout_graceful_shutdown=max(1, int(cfg.server.grace_seconds)),
         ssl_certfile=plan.cert or None, ssl_keyfile=plan.key or None,
