@@ -311,3 +311,25 @@ def test_expired_and_abandoned_requests_never_reach_the_engine(decider, fault_fi
             assert b"200 OK" in holder.recv(65536)
         time.sleep(0.5)
         assert reached() == before + 2  # the holder's request, not the one whose client left
+
+
+def test_one_request_file_works_over_http_in_the_cli_and_in_python(served, decider, run_cli,
+                                                                    tmp_path):
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"model": MODEL, "state": STATE, "questions": {
+        "refund": {"type": "noul", "instructions": "Does `ticket.text` ask for a refund?"},
+        "topic": {"type": "choice", "criteria": {"billing": None, "shipping": "parcels"}}}}))
+    over_http = httpx2.post(f"{served.url}/v1/systemone", content=request.read_bytes(),
+                            headers={"Authorization": f"Bearer {KEY}"}, timeout=300).json()
+    cli = run_cli("run", MODEL, "--systemone", str(request), "--n-ctx", "2048")
+    assert cli.returncode == 0, cli.stderr.decode()
+    in_python = decider.decide_systemone(request.read_bytes())
+    for out in (json.loads(cli.stdout), in_python):
+        assert_same(out["answers"], over_http["answers"])
+        assert out["usage"] == over_http["usage"] and out["model"] == MODEL
+    request.write_text(json.dumps({"model": MODEL, "state": "x", "questions": {
+        "q": {"type": "score", "criteria": []}}}))
+    bad = run_cli("run", MODEL, "--systemone", str(request))
+    assert bad.returncode == 2 and b"body.questions.q.score.criteria" in bad.stderr
+    mixed = run_cli("run", MODEL, "text", "--systemone", str(request))
+    assert mixed.returncode == 2 and b"--systemone" in mixed.stderr

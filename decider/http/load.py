@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import statistics
 import time
 from collections.abc import Sequence
@@ -20,6 +21,8 @@ async def _level(base_url: str, content: bytes, headers: dict, clients: int,
                  per_client: int, verify: bool | str) -> dict:
     latencies, computes = [], []
     limits = httpx2.Limits(max_connections=clients, max_keepalive_connections=clients)
+    if isinstance(verify, str):
+        verify = ssl.create_default_context(cafile=verify)
     async with httpx2.AsyncClient(base_url=base_url, headers=headers, limits=limits,
                                   timeout=600, verify=verify) as http:
 
