@@ -6,9 +6,9 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
@@ -38,6 +38,9 @@ REFUSALS = {
 }
 
 
+SECURED = {"security": [{"HTTPBearer": []}]}
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     keys: Keys
@@ -53,35 +56,46 @@ async def _disconnected(receive) -> None:
 
 
 async def _answer(backend: Backend, request, deadline: float, receive):
-    """The backend's outcome; its work is withdrawn if the client goes away first."""
-    work = asyncio.ensure_future(backend.submit(request, deadline))
+    """The backend's outcome; the wait is cancelled (and the scheduler drops the request)
+    if the client goes away first."""
+    me = asyncio.current_task()
     gone = asyncio.ensure_future(_disconnected(receive))
+    gone.add_done_callback(lambda g: g.cancelled() or me.cancel())
     try:
-        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+        return await backend.submit(request, deadline)
+    except asyncio.CancelledError:
+        if gone.done() and not gone.cancelled() and me.uncancel() == 0:
+            raise Refused(499, "CLIENT_GONE", "the client closed the connection") from None
+        raise
     finally:
         gone.cancel()
-        if not work.done():
-            work.cancel()
-    if work.cancelled():
-        raise Refused(499, "CLIENT_GONE", "the client closed the connection")
-    return work.result()
+
+
+class _Direct(APIRoute):
+    """Endpoints take the Request and return a Response, without FastAPI's dependency
+    injection (it cost more than the rest of a decision's HTTP work, docs/benchmarks.md);
+    the route still describes itself in the OpenAPI document."""
+
+    def get_route_handler(self):
+        return self.endpoint
 
 
 def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
     app = FastAPI(title="decider: the System One API", version=__version__, docs_url=None,
                   redoc_url=None, openapi_url="/openapi.json")
+    app.router.route_class = _Direct
     metrics = metrics or Metrics()
     app.add_middleware(Front, metrics=metrics)
-    bearer = HTTPBearer(auto_error=False, description="An API key of [http] api_keys or "
-                        "key_file; not asked for when none is configured (loopback only).")
-
-    def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    def authorize(request: Request) -> None:
+        """Checked first, before the body is read."""
         if not settings.keys:
             return
-        if credentials is None or not settings.keys.accepts(credentials.credentials):
-            why = ("the API key is not valid" if credentials else
-                   "send an API key as Authorization: Bearer <key>")
-            raise Refused(401, "UNAUTHENTICATED", why,
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not key:
+            raise Refused(401, "UNAUTHENTICATED", "send an API key as Authorization: Bearer "
+                          "<key>", headers={"WWW-Authenticate": 'Bearer realm="decider"'})
+        if not settings.keys.accepts(key.strip()):
+            raise Refused(401, "UNAUTHENTICATED", "the API key is not valid",
                           headers={"WWW-Authenticate": 'Bearer realm="decider"'})
 
     def served():
@@ -90,13 +104,14 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
             raise Unavailable("no model is loaded yet")
         return model
 
-    @app.post("/v1/systemone", response_model=SystemOneResponse, dependencies=[
-        Depends(authorized)], responses={422: {"model": ValidationFailed}} | {
+    @app.post("/v1/systemone", response_model=SystemOneResponse, responses={
+        422: {"model": ValidationFailed}} | {
         s: {"model": Refusal, "description": d} for s, d in REFUSALS.items()},
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/SystemOneRequest"}}}}})
+        openapi_extra={**SECURED, "requestBody": {"required": True, "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}}}})
     async def systemone(request: Request) -> Response:
         """Answer typed questions about one state."""
+        authorize(request)
         deadline = time.monotonic() + settings.request_timeout_seconds
         raw = await read_body(request, settings.max_body_bytes,
                               settings.request_timeout_seconds)
@@ -118,31 +133,36 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
         out = asked.response(outcome, model.sha256, model.template_version)
         return Response(out.model_dump_json(), media_type="application/json")
 
-    @app.get("/v1/models", response_model=ModelList, dependencies=[Depends(authorized)])
-    async def models() -> ModelList:
+    @app.get("/v1/models", response_model=ModelList, openapi_extra=SECURED,
+             responses={401: {"model": Refusal, "description": REFUSALS[401]}})
+    async def models(request: Request) -> Response:
         """The model served here, under its name and each alias."""
+        authorize(request)
         m = served()
         card = ModelCard(name=m.name, description=m.description, release_date=m.release_date,
                          n_ctx=m.n_ctx, engine=m.engine, sha256=m.sha256)
-        return ModelList(models=[card, *(card.model_copy(update={
+        listed = ModelList(models=[card, *(card.model_copy(update={
             "name": a, "description": f"{m.name} under another name: {m.description}"})
             for a in settings.aliases)])
+        return Response(listed.model_dump_json(), media_type="application/json")
 
     @app.get("/healthz")
-    async def healthz() -> dict:
+    async def healthz(request: Request) -> Response:
         """Live: the process answers HTTP."""
-        return {"status": "ok"}
+        return json_response(200, {"status": "ok"})
 
     @app.get("/readyz", responses={503: {"description": "Not ready (Retry-After)"}})
-    async def readyz() -> Response:
+    async def readyz(request: Request) -> Response:
         """Ready only while the model is loaded and warm (gRPC health SERVING)."""
         if backend.ready():
             return json_response(200, {"status": "ready"})
         return json_response(503, {"status": "not ready"}, {"Retry-After": "5"})
 
-    @app.get("/metrics", dependencies=[Depends(authorized)])
-    async def prometheus() -> Response:
+    @app.get("/metrics", openapi_extra=SECURED,
+             responses={401: {"model": Refusal, "description": REFUSALS[401]}})
+    async def prometheus(request: Request) -> Response:
         """Prometheus text: the daemon's metrics and the HTTP front end's."""
+        authorize(request)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     def noted(handler):
@@ -162,8 +182,12 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
                               description="docs/systemone.md: the mapping to decider")
             schema = SystemOneRequest.model_json_schema(
                 ref_template="#/components/schemas/{model}")
-            components = doc.setdefault("components", {}).setdefault("schemas", {})
-            components.update(schema.pop("$defs", {}), SystemOneRequest=schema)
+            components = doc.setdefault("components", {})
+            components.setdefault("schemas", {}).update(schema.pop("$defs", {}),
+                                                        SystemOneRequest=schema)
+            components["securitySchemes"] = {"HTTPBearer": {
+                "type": "http", "scheme": "bearer", "description": "An API key of [http] "
+                "api_keys or key_file; not asked for when none is configured (loopback)."}}
             app.openapi_schema = doc
         return app.openapi_schema
 

@@ -12,7 +12,7 @@ import sys
 import zlib
 from collections.abc import Callable
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 
 from .errors import Refused
 
@@ -64,13 +64,15 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
         raise Refused(415, "UNSUPPORTED_ENCODING", f"Content-Encoding {encoding!r} is not "
                       f"supported; send identity, {' or '.join(DECODERS)}")
     decode = DECODERS[encoding]() if encoding in DECODERS else None
-    chunks, size = [], 0
+    chunks, size, more = [], 0, True
     try:
         async with asyncio.timeout(timeout):
-            async for chunk in request.stream():
-                if not chunk:  # Starlette ends the stream with one
-                    continue
-                out = decode(chunk, limit - size + 1) if decode else chunk
+            while more:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    raise Refused(499, "CLIENT_GONE", "the client closed the connection")
+                chunk, more = message.get("body", b""), message.get("more_body", False)
+                out = decode(chunk, limit - size + 1) if decode and chunk else chunk
                 size += len(out)
                 if size > limit:
                     raise _too_large(limit)
@@ -78,8 +80,6 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     except TimeoutError:
         raise Refused(408, "BODY_TIMEOUT", f"the request body did not arrive within "
                       f"{timeout:g} s") from None
-    except ClientDisconnect:
-        raise Refused(499, "CLIENT_GONE", "the client closed the connection") from None
     except (ZstdError, zlib.error, EOFError) as e:  # EOFError: data after the frame
         raise Refused(400, "BAD_ENCODING", f"the {encoding} body cannot be decoded: {e}"
                       ) from None

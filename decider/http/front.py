@@ -32,6 +32,8 @@ class Front:
         r = metrics.registry
         self.requests = Counter("decider_http_requests", "HTTP requests by path and status",
                                 ["path", "status"], registry=r)
+        self._children: dict[tuple[str, str], tuple] = {}  # labels() looked up once
+        self._outcomes: dict[str, Counter] = {}
         self.seconds = Histogram("decider_http_request_seconds", "HTTP latency by path, end "
                                  "to end", ["path"], registry=r,
                                  buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
@@ -62,15 +64,21 @@ class Front:
 
     def _record(self, method, path, status, rid, state, seconds) -> None:
         route = path if path in ROUTES else "other"
-        self.requests.labels(route, str(status)).inc()
-        self.seconds.labels(route).observe(seconds)
+        key = (route, str(status))
+        if key not in self._children:
+            self._children[key] = (self.requests.labels(*key), self.seconds.labels(route))
+        count, latency = self._children[key]
+        count.inc()
+        latency.observe(seconds)
         fields = {k: state[k] for k in ("outcome", "questions", "prompt_tokens", "text")
                   if k in state}
         if path == DECIDE:
-            m = self.metrics
-            m.requests.labels(state.get("outcome", f"HTTP_{status}")).inc()
-            m.latency.observe(seconds)
-            m.prompt_tokens.inc(state.get("prompt_tokens", 0))
+            outcome = state.get("outcome", f"HTTP_{status}")
+            if outcome not in self._outcomes:
+                self._outcomes[outcome] = self.metrics.requests.labels(outcome)
+            self._outcomes[outcome].inc()
+            self.metrics.latency.observe(seconds)
+            self.metrics.prompt_tokens.inc(state.get("prompt_tokens", 0))
         emit = log.debug if path in PROBES else log.info
         emit("http", request_id=rid, method=method, path=path, status=status,
              ms=round(1000 * seconds, 2), **fields)

@@ -32,6 +32,7 @@ from .schema import (
     LabelVerdict,
     MultiLabelAnswer,
     NoulAnswer,
+    NoulCriteria,
     NoulQuestion,
     Provenance,
     ScoreAnswer,
@@ -193,7 +194,8 @@ def to_decider(body: SystemOneRequest, limits: Limits) -> Asked:
     state_refused = bool(bad)  # then decider's own word on the text adds nothing
     questions, slots = [], []
     for key, q in body.questions.items():
-        if non_finite(q.model_dump(exclude={"type"})):
+        c = q.criteria
+        if non_finite((q.instructions, (c.true, c.false) if isinstance(c, NoulCriteria) else c)):
             bad.append(field_error(("questions", key, q.type), JSON_ERROR))
         question, slot = _ask(key, q)
         questions.append(question)

@@ -45,6 +45,6 @@ def non_finite(value: object) -> bool:
             return True
         if isinstance(v, dict):
             todo.extend(v.values())
-        elif isinstance(v, list):
+        elif isinstance(v, (list, tuple)):
             todo.extend(v)
     return False

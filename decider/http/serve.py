@@ -99,8 +99,14 @@ def _bind(plan: HttpPlan, socket_group: str) -> socket.socket:
         if socket_group:
             shutil.chown(plan.path, group=socket_group)
         return sock
+    # proto IPPROTO_TCP, not socket.create_server's 0: asyncio sets TCP_NODELAY only on
+    # connections of such a socket, and without it every response waited 40 ms for the
+    # client's delayed ACK between its headers and its body (docs/benchmarks.md)
     family = socket.AF_INET6 if ":" in plan.host else socket.AF_INET
-    return socket.create_server((plan.host, plan.port), family=family)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((plan.host, plan.port))
+    return sock
 
 
 class _HeadersInTime(HttpToolsProtocol):
