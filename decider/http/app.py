@@ -36,8 +36,6 @@ REFUSALS = {
     503: "Not ready, draining, or out of memory (Retry-After)",
     504: "The request's time ran out",
 }
-
-
 SECURED = {"security": [{"HTTPBearer": []}]}
 
 
@@ -71,6 +69,44 @@ async def _answer(backend: Backend, request, deadline: float, receive):
         gone.cancel()
 
 
+def _authorize(keys: Keys, request: Request) -> None:
+    """Checked first, before the body is read."""
+    if not keys:
+        return
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key:
+        raise Refused(401, "UNAUTHENTICATED", "send an API key as Authorization: Bearer <key>",
+                      headers={"WWW-Authenticate": 'Bearer realm="decider"'})
+    if not keys.accepts(key.strip()):
+        raise Refused(401, "UNAUTHENTICATED", "the API key is not valid",
+                      headers={"WWW-Authenticate": 'Bearer realm="decider"'})
+
+
+def _openapi(app: FastAPI) -> dict:
+    """FastAPI's document, with the request schema (the body is parsed by hand, so FastAPI
+    does not see it) and the bearer scheme the routes name."""
+    if app.openapi_schema is None:
+        doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                          description="docs/systemone.md: the mapping to decider")
+        schema = SystemOneRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+        components = doc.setdefault("components", {})
+        components.setdefault("schemas", {}).update(schema.pop("$defs", {}),
+                                                    SystemOneRequest=schema)
+        components["securitySchemes"] = {"HTTPBearer": {
+            "type": "http", "scheme": "bearer", "description": "An API key of [http] api_keys "
+            "or key_file; not asked for when none is configured (loopback)."}}
+        app.openapi_schema = doc
+    return app.openapi_schema
+
+
+def _noted(handler):
+    """An exception handler that also notes the refusal's reason for the request's log."""
+    async def handle(request: Request, exc: DeciderError | Refused) -> Response:
+        request.state.outcome = exc.reason
+        return handler(exc)
+    return handle
+
+
 class _Direct(APIRoute):
     """Endpoints take the Request and return a Response, without FastAPI's dependency
     injection (it cost more than the rest of a decision's HTTP work, docs/benchmarks.md);
@@ -86,17 +122,6 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
     app.router.route_class = _Direct
     metrics = metrics or Metrics()
     app.add_middleware(Front, metrics=metrics)
-    def authorize(request: Request) -> None:
-        """Checked first, before the body is read."""
-        if not settings.keys:
-            return
-        scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not key:
-            raise Refused(401, "UNAUTHENTICATED", "send an API key as Authorization: Bearer "
-                          "<key>", headers={"WWW-Authenticate": 'Bearer realm="decider"'})
-        if not settings.keys.accepts(key.strip()):
-            raise Refused(401, "UNAUTHENTICATED", "the API key is not valid",
-                          headers={"WWW-Authenticate": 'Bearer realm="decider"'})
 
     def served():
         model = backend.served()
@@ -111,7 +136,7 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
             "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}}}})
     async def systemone(request: Request) -> Response:
         """Answer typed questions about one state."""
-        authorize(request)
+        _authorize(settings.keys, request)
         deadline = time.monotonic() + settings.request_timeout_seconds
         raw = await read_body(request, settings.max_body_bytes,
                               settings.request_timeout_seconds)
@@ -137,7 +162,7 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
              responses={401: {"model": Refusal, "description": REFUSALS[401]}})
     async def models(request: Request) -> Response:
         """The model served here, under its name and each alias."""
-        authorize(request)
+        _authorize(settings.keys, request)
         m = served()
         card = ModelCard(name=m.name, description=m.description, release_date=m.release_date,
                          n_ctx=m.n_ctx, engine=m.engine, sha256=m.sha256)
@@ -162,34 +187,12 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
              responses={401: {"model": Refusal, "description": REFUSALS[401]}})
     async def prometheus(request: Request) -> Response:
         """Prometheus text: the daemon's metrics and the HTTP front end's."""
-        authorize(request)
+        _authorize(settings.keys, request)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    def noted(handler):
-        async def handle(request: Request, exc: Exception) -> Response:
-            request.state.outcome = getattr(exc, "reason", "INVALID_REQUEST")
-            return handler(exc)
-        return handle
-
-    app.add_exception_handler(BadBody, noted(lambda e: field_errors_response(e.errors)))
-    app.add_exception_handler(DeciderError, noted(error_response))
-    app.add_exception_handler(Refused, noted(lambda e: refusal(
+    app.add_exception_handler(BadBody, _noted(lambda e: field_errors_response(e.errors)))
+    app.add_exception_handler(DeciderError, _noted(error_response))
+    app.add_exception_handler(Refused, _noted(lambda e: refusal(
         e.status, e.reason, e.message, e.headers, **e.metadata)))
-
-    def openapi() -> dict:
-        if app.openapi_schema is None:
-            doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
-                              description="docs/systemone.md: the mapping to decider")
-            schema = SystemOneRequest.model_json_schema(
-                ref_template="#/components/schemas/{model}")
-            components = doc.setdefault("components", {})
-            components.setdefault("schemas", {}).update(schema.pop("$defs", {}),
-                                                        SystemOneRequest=schema)
-            components["securitySchemes"] = {"HTTPBearer": {
-                "type": "http", "scheme": "bearer", "description": "An API key of [http] "
-                "api_keys or key_file; not asked for when none is configured (loopback)."}}
-            app.openapi_schema = doc
-        return app.openapi_schema
-
-    app.openapi = openapi
+    app.openapi = lambda: _openapi(app)
     return app
