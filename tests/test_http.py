@@ -230,11 +230,16 @@ def test_health_metrics_request_ids_and_json_logs_without_the_text(served):
         r = httpx2.post(f"{served.url}/v1/systemone", headers=auth, timeout=300, json={
             "model": MODEL, "state": "SECRET-TEXT the parcel is late",
             "questions": {"late": {"type": "noul", "instructions": "SECRET-QUESTION late?"}}})
+        rid = r.headers["x-request-id"]
+        for _ in range(100):  # the line is written once the response is out
+            if rid in lines.getvalue():
+                break
+            time.sleep(0.05)
     finally:
         structlog.reset_defaults()
     assert r.status_code == 200
     logged = [json.loads(line) for line in lines.getvalue().splitlines()]
-    [line] = [x for x in logged if x.get("request_id") == r.headers["x-request-id"]]
+    [line] = [x for x in logged if x.get("request_id") == rid]
     assert (line["status"], line["outcome"], line["questions"]) == (200, "OK", 1)
     assert line["prompt_tokens"] == r.json()["usage"]["input_tokens"] and line["ms"] > 0
     assert "SECRET" not in lines.getvalue()

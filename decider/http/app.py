@@ -6,6 +6,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
@@ -24,6 +25,7 @@ from .mapping import BadBody, parse_body, to_decider
 from .schema import ModelCard, ModelList, Refusal, SystemOneRequest, SystemOneResponse, \
     ValidationFailed
 
+log = structlog.get_logger("decider.http")
 REFUSALS = {
     400: "Over the loaded window (prompt_tokens, n_ctx), or an undecodable body",
     401: "No API key, or not a valid one",
@@ -99,6 +101,12 @@ def _openapi(app: FastAPI) -> dict:
     return app.openapi_schema
 
 
+def _unexpected(request: Request, exc: Exception) -> Response:
+    """A bug, not a refusal: logged with its traceback, answered 500 without it."""
+    log.error("unexpected error", path=request.url.path, exc_info=exc)
+    return refusal(500, "INTERNAL", "an unexpected error; the server's log has it")
+
+
 def _noted(handler):
     """An exception handler that also notes the refusal's reason for the request's log."""
     async def handle(request: Request, exc: DeciderError | Refused) -> Response:
@@ -116,12 +124,13 @@ class _Direct(APIRoute):
         return self.endpoint
 
 
-def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
+def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = None) -> Front:
+    """The ASGI application: FastAPI's, inside Front (which sees every response, FastAPI's
+    own 500 included, to give it a request id, a log line and its metrics)."""
     app = FastAPI(title="decider: the System One API", version=__version__, docs_url=None,
                   redoc_url=None, openapi_url="/openapi.json")
     app.router.route_class = _Direct
     metrics = metrics or Metrics()
-    app.add_middleware(Front, metrics=metrics)
 
     def served():
         model = backend.served()
@@ -194,5 +203,6 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
     app.add_exception_handler(DeciderError, _noted(error_response))
     app.add_exception_handler(Refused, _noted(lambda e: refusal(
         e.status, e.reason, e.message, e.headers, **e.metadata)))
+    app.add_exception_handler(Exception, _unexpected)
     app.openapi = lambda: _openapi(app)
-    return app
+    return Front(app, metrics)

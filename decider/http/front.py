@@ -24,7 +24,8 @@ _TOKEN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class Front:
-    """Pure ASGI middleware (no per-request task, unlike Starlette's BaseHTTPMiddleware)."""
+    """Pure ASGI middleware (no per-request task, unlike Starlette's BaseHTTPMiddleware),
+    outside FastAPI's stack so that its 500 for a bug passes here too."""
 
     def __init__(self, app, metrics: Metrics) -> None:
         self.app = app
@@ -46,18 +47,21 @@ class Front:
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         rid = given if _TOKEN.fullmatch(given) else uuid.uuid4().hex
         state = scope.setdefault("state", {})
-        status = 500
+        status, started = 500, False
         ids = [(b"x-request-id", rid.encode()), (b"x-typesafe-request-id", rid.encode())]
 
         async def send_with_id(message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
                 message = {**message, "headers": [*message.get("headers", ()), *ids]}
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception:
+            if not started:  # else FastAPI answered the bug (500) and logged it
+                raise
         finally:
             self._record(scope["method"], scope["path"], status, rid, state,
                          time.perf_counter() - t0)

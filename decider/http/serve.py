@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import os
 import shutil
 import socket
@@ -141,6 +142,23 @@ class _HeadersInTime(HttpToolsProtocol):
         super().connection_lost(exc)
 
 
+class _ToStructlog(logging.Handler):
+    """uvicorn's own warnings (bad requests on the socket, shutdown timeouts) as the
+    daemon's JSON log lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log.log(record.levelno, record.getMessage(), logger=record.name)
+
+
+def _route_uvicorn_logs() -> None:
+    for name in ("uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
+        if not any(isinstance(h, _ToStructlog) for h in logger.handlers):
+            logger.addHandler(_ToStructlog())
+
+
 class _Uvicorn(uvicorn.Server):
     def capture_signals(self):  # the daemon owns SIGTERM, SIGINT and SIGHUP
         return contextlib.nullcontext()
@@ -180,6 +198,7 @@ async def serve_http(cfg: Config, backend: Backend, metrics: Metrics | None = No
         sock = _bind(plan, cfg.server.socket_group)
     except (OSError, ssl.SSLError) as e:
         raise ConfigError(f"{cfg.source}: http: cannot serve {h.address}: {e}") from e
+    _route_uvicorn_logs()
     server = _Uvicorn(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="http")
     while not server.started:
