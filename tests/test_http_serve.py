@@ -106,3 +106,8 @@ def test_a_unix_socket_for_the_group(decider, tmp_path):
         with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(path))) as c:
             assert c.get("http://decider/healthz").json() == {"status": "ok"}
             assert c.get("http://decider/v1/models").json()["models"][0]["name"] == MODEL
+
+
+def test_serve_refuses_a_bad_http_listener_before_loading_anything(run_cli):
+    r = run_cli("serve", "--http", "0.0.0.0:8080", "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and b"not loopback: give API keys" in r.stderr

@@ -176,7 +176,7 @@ class Asked:
             return field_error(("questions",), v.description)
         slot = self.slots[int(m[1])]
         part, j, of_description = m[2], m[3], m[4]
-        msg = _LABEL_REF.sub(lambda r: repr(slot.option_locs[int(r[1])]), v.description)
+        msg = _LABEL_REF.sub(lambda r: f"option {slot.option_locs[int(r[1])]!r}", v.description)
         if part in ("question", "threshold"):
             return field_error((*slot.loc, "instructions" if part == "question" else part), msg)
         if j is None:
