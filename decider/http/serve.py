@@ -100,9 +100,8 @@ def _bind(plan: HttpPlan, socket_group: str) -> socket.socket:
         if socket_group:
             shutil.chown(plan.path, group=socket_group)
         return sock
-    # proto IPPROTO_TCP, not socket.create_server's 0: asyncio sets TCP_NODELAY only on
-    # connections of such a socket, and without it every response waited 40 ms for the
-    # client's delayed ACK between its headers and its body (docs/benchmarks.md)
+    # IPPROTO_TCP, not socket.create_server's 0: only then does asyncio set TCP_NODELAY
+    # on the connections (without it: 40 ms a response, docs/design.md)
     family = socket.AF_INET6 if ":" in plan.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
