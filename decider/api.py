@@ -72,6 +72,14 @@ class Decider:
             raise result
         return result
 
+    def decide_systemone(self, body: bytes | str | dict) -> dict:
+        """Answer a System One request (docs/systemone.md): the JSON of POST /v1/systemone,
+        as bytes, text or parsed; returns the response's JSON shape. A bad field raises
+        InvalidRequest naming it (System One's place for it: body.questions.tone.criteria)."""
+        from .http.mapping import answer_here
+
+        return answer_here(self, body).model_dump(mode="json")
+
     def decide_many(self, requests: Sequence[Request]) -> list[Decision | DeciderError]:
         """Answer several requests in one engine call. A request that is invalid or over
         the window gets its own error, as does one whose activations overflow (the others

@@ -57,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--instructions", default="", help="instructions placed before the text")
     run.add_argument("--jsonl", metavar="FILE",
                      help="answer one JSON request per line of FILE ('-': stdin), one model load")
+    run.add_argument("--systemone", metavar="FILE",
+                     help="answer the System One request in FILE ('-': stdin), the JSON that "
+                          "POST /v1/systemone takes; print the response's JSON")
     _add_load_flags(run)
     run.add_argument("--json", action="store_true", help="print the answer as JSON")
     run.add_argument("--server", metavar="ADDRESS",
@@ -78,6 +81,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
     serve.add_argument("--metrics-port", type=int,
                        help="serve Prometheus metrics on 127.0.0.1:PORT (off by default)")
+    serve.add_argument("--http", metavar="ADDRESS",
+                       help="serve the System One HTTP API on host:port or unix:///path too")
     _add_load_flags(serve)
 
     health = sub.add_parser("health", help="exit 0 only when a daemon reports SERVING")
@@ -244,6 +249,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .api import Decider  # loads numpy and the engine registry only when needed
 
     cfg = flag_config(args)
+    if args.systemone:
+        return _run_systemone(args, cfg)
     work = run_input(args, cfg.limits)
     if args.server:
         return _run_remote(args, work)
@@ -264,6 +271,21 @@ def _run_remote(args: argparse.Namespace, work: list[str] | Request) -> int:
                                        work, Limits()))  # and the daemon's own limits
         decision = client.decide_request(work, args.model)
     print(json.dumps(decision.to_dict(), indent=2) if args.json else _format(decision))
+    return EXIT_OK
+
+
+def _run_systemone(args: argparse.Namespace, cfg: Config) -> int:
+    from .api import Decider
+    from .http.mapping import parse_body
+
+    if args.text is not None or args.question is not None or args.jsonl or args.server:
+        raise InvalidRequest([FieldViolation("--systemone", "cannot be combined with TEXT, "
+                              "--question, --jsonl or --server: the file is the request (a "
+                              "daemon takes it at POST /v1/systemone)")])
+    raw = jsonl.read_file(args.systemone, "--systemone")
+    parse_body(raw)  # refuse a bad file before loading the model
+    with Decider(args.model, limits=cfg.limits, **_load_options(cfg)) as decider:
+        print(json.dumps(decider.decide_systemone(raw), indent=2, ensure_ascii=False))
     return EXIT_OK
 
 
@@ -323,6 +345,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     configure(level=level, fmt=cfg.server.log_format, stream=sys.stdout)  # journald
     check_listeners(cfg)
     check_socket_dirs(cfg)
+    if cfg.http.address:
+        from .http.serve import check_http
+
+        check_http(cfg)
     return asyncio.run(serve(cfg, read))
 
 

@@ -9,6 +9,8 @@ or a bad value is refused with the file, the key and the reason, before READY=1.
                max_questions, max_labels, max_question_chars, max_label_chars,
                max_description_chars, max_instructions_chars, max_work_tokens
     [paths]    cache_dir, catalog
+    [http]     address, api_keys, key_file, tls_cert, tls_key, tls_client_ca, model_aliases,
+               max_body_bytes, request_timeout_seconds, max_connections (decider/http)
 
 Flags of `decider serve` (and the load flags of `run`) override the file, through the
 same checks, before anything loads; a flag never means "the default": leave it out.
@@ -69,17 +71,34 @@ class PathsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpSection:
+    """The System One HTTP API (docs/systemone.md); checked by decider.http.serve."""
+
+    address: str = ""  # host:port or unix:///path; "" serves no HTTP
+    api_keys: tuple[str, ...] = ()  # bearer keys, or "sha256:<hex>" of a key
+    key_file: str = ""  # a file of keys or "sha256:<hex>" lines
+    tls_cert: str = ""  # "" uses [tls] cert
+    tls_key: str = ""  # "" uses [tls] key
+    tls_client_ca: str = ""  # "" uses [tls] client_ca
+    model_aliases: tuple[str, ...] = ()  # more names the served model answers to
+    max_body_bytes: int = 16 * 2**20
+    request_timeout_seconds: float = 30.0  # past it a request is answered 504
+    max_connections: int = 512  # past it new connections get 503
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerSection = ServerSection()
     tls: TlsSection = TlsSection()
     model: ModelSection = ModelSection()
     limits: Limits = Limits()
     paths: PathsSection = PathsSection()
+    http: HttpSection = HttpSection()
     source: str = field(default="(defaults)", compare=False)
 
 
 _SECTIONS = {"server": ServerSection, "tls": TlsSection, "model": ModelSection,
-             "limits": Limits, "paths": PathsSection}
+             "limits": Limits, "paths": PathsSection, "http": HttpSection}
 _CHOICES = {"log_format": ("json", "console", "auto"),
             "log_level": ("debug", "info", "warning", "error"),
             "dtype": ("", *DTYPES), "engine": ("", *ENGINES)}
@@ -92,7 +111,7 @@ FLAGS = {"listen": "server.listen", "max_queue": "server.max_queue",
          "tls_client_ca": "tls.client_ca", "allow_insecure_tcp": "tls.allow_insecure_tcp",
          "model": "model.name", "engine": "model.engine", "n_ctx": "model.n_ctx",
          "threads": "model.threads", "dtype": "model.dtype",
-         "max_work_tokens": "limits.max_work_tokens"}
+         "max_work_tokens": "limits.max_work_tokens", "http": "http.address"}
 
 
 def _fail(where: str, what: str, value, key: str) -> None:
@@ -112,6 +131,10 @@ def _check(where: str, key: str, value, default, flag: bool = False):
             _fail(where, "must be a non-empty list of addresses", value, key)
         for address in value:
             _check_address(where, address)
+        return tuple(value)
+    if isinstance(default, tuple):  # lists of strings that may be empty
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where}: must be a list of strings", key=key)
         return tuple(value)
     kind = type(default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):

@@ -14,13 +14,18 @@ from .errors import DeciderError, FieldViolation, InvalidRequest
 from .questions import Limits, Request, request_from_dict
 
 
+def read_file(path: str, flag: str) -> bytes:
+    """The bytes of `path` ('-': stdin), refused naming `flag` if unreadable."""
+    try:
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as e:
+        raise InvalidRequest([FieldViolation(flag, f"cannot read {path}: {e.strerror}")]
+                             ) from None
+
+
 def read_lines(path: str) -> list[str]:
     """The lines of `path` ('-': stdin), refused as a whole if unreadable or not UTF-8."""
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as e:
-        raise InvalidRequest([FieldViolation("--jsonl", f"cannot read {path}: {e.strerror}")]
-                             ) from None
+    raw = read_file(path, "--jsonl")
     try:
         return raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as e:

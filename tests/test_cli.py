@@ -340,3 +340,8 @@ def test_the_readmes_example_files_ship_and_run_as_written(run_cli):
     out = run_cli("run", "gemma-3-270m", "-q", "Is a refund requested?", "--json",
                   stdin=ticket.read_bytes())
     assert out.returncode == 0 and json.loads(out.stdout)["answers"][0]["type"] == "yes_no"
+    systemone = root / "examples" / "systemone.json"
+    assert f"--systemone {systemone.relative_to(root)}" in readme
+    out = run_cli("run", "gemma-3-270m", "--systemone", str(systemone))
+    assert out.returncode == 0, out.stderr.decode()
+    assert set(json.loads(out.stdout)["answers"]) == {"refund", "topic", "urgency"}

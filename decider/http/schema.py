@@ -1,0 +1,190 @@
+"""The System One wire shape (POST /v1/systemone, GET /v1/models) as pydantic models.
+
+Standard fields follow the published schema; decider's additions are marked "decider:"
+in their descriptions (standard clients ignore unknown fields and answer types).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# A state, an instruction or a criterion: text, or JSON rendered into the prompt.
+Content = str | dict[str, Any] | list[Any]
+
+MAX_CHOICE_OPTIONS = 255  # published limits
+MAX_SCORE_LEVELS = 10
+MULTI_LABEL = "decider.multi_label"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NoulCriteria(_Strict):
+    true: Content | None = Field(None, description="What counts as a yes.")
+    false: Content | None = Field(None, description="What counts as a no.")
+
+
+class NoulQuestion(_Strict):
+    type: Literal["noul"]
+    instructions: Content | None = Field(None, description="The yes/no question or statement.")
+    criteria: NoulCriteria | None = None
+
+    @model_validator(mode="after")
+    def _asks_something(self) -> NoulQuestion:
+        described = self.criteria and (self.criteria.true is not None
+                                       or self.criteria.false is not None)
+        if self.instructions is None and not described:
+            raise ValueError("give instructions, or criteria describing true or false")
+        return self
+
+
+class ChoiceQuestion(_Strict):
+    type: Literal["choice"]
+    instructions: Content | None = None
+    criteria: dict[str, Content | None] = Field(
+        min_length=1, max_length=MAX_CHOICE_OPTIONS,
+        description="Option names and what each means (null: the name alone).")
+
+
+class ScoreQuestion(_Strict):
+    type: Literal["score"]
+    instructions: Content | None = None
+    criteria: list[Content] = Field(
+        min_length=1, max_length=MAX_SCORE_LEVELS,
+        description="The levels, lowest first; a level's position is its score.")
+
+
+class MultiLabelQuestion(_Strict):
+    """decider: any of the options, each an independent yes/no."""
+
+    type: Literal["decider.multi_label"]
+    instructions: Content | None = None
+    criteria: dict[str, Content | None] = Field(min_length=1, max_length=256)
+    threshold: float = Field(0.5, ge=0, le=1, description="An option is chosen at p >= this.")
+    thresholds: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict, description="Per-option thresholds, over `threshold`.")
+
+    @model_validator(mode="after")
+    def _thresholds_name_options(self) -> MultiLabelQuestion:
+        unknown = sorted(set(self.thresholds) - set(self.criteria))
+        if unknown:
+            raise ValueError(f"thresholds name options not in criteria: {unknown}")
+        return self
+
+
+Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion | MultiLabelQuestion,
+                     Field(discriminator="type")]
+
+
+class SystemOneRequest(_Strict):
+    model: str = Field(min_length=1, description="A name or alias from GET /v1/models.")
+    state: Content = Field(description="What every question is asked about.")
+    questions: dict[str, Question] = Field(
+        min_length=1, description="Questions under names you choose; answers come back under "
+        "the same names.")
+
+
+class NoulAnswer(BaseModel):
+    type: Literal["noul"] = "noul"
+    noul: float = Field(description="The probability of yes.")
+    label_mass: float = Field(description="decider: the share of the model's whole "
+                              "next-token probability on the answer tokens.")
+
+
+class ChoiceAnswer(BaseModel):
+    type: Literal["choice"] = "choice"
+    choice: str = Field(description="The most probable option.")
+    confidence: float = Field(description="1 - H(p)/ln(n) over the n options (1 for one).")
+    probabilities: dict[str, float] = Field(description="Every option; they sum to 1.")
+    label_mass: float
+
+
+class ScoreAnswer(BaseModel):
+    type: Literal["score"] = "score"
+    score: float = Field(description="The probability-weighted level, 0-based.")
+    confidence: float = Field(description="1 - H(p)/ln(n) over the n levels (1 for one).")
+    legend: dict[str, Content] = Field(description="Level index -> its criterion.")
+    probabilities: dict[str, float] = Field(description="Level index -> probability.")
+    label_mass: float
+
+
+class LabelVerdict(BaseModel):
+    p: float = Field(description="The probability that the option applies.")
+    threshold: float
+    chosen: bool = Field(description="p >= threshold.")
+
+
+class MultiLabelAnswer(BaseModel):
+    """decider: each option's own yes/no."""
+
+    type: Literal["decider.multi_label"] = "decider.multi_label"
+    labels: dict[str, LabelVerdict]
+    chosen: list[str] = Field(description="The chosen options, in the order given.")
+    label_mass: float = Field(description="The lowest over the options' branches.")
+
+
+Answer = Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer | MultiLabelAnswer,
+                   Field(discriminator="type")]
+
+
+class Usage(BaseModel):
+    input_tokens: int = Field(description="Tokens the engine read: the shared prefix and "
+                              "every question's suffix and answer tokens.")
+    output_tokens: int = Field(description="Always 0: decider generates no tokens.")
+
+
+class Provenance(BaseModel):
+    """decider: what answered, and how long it took."""
+
+    version: str
+    engine: str
+    model_sha256: str
+    template_version: str
+    window_tokens: int = Field(description="The longest sequence, checked against n_ctx.")
+    queue_ms: float
+    compute_ms: float
+
+
+class SystemOneResponse(BaseModel):
+    model: str
+    answers: dict[str, Answer]
+    usage: Usage
+    decider: Provenance
+
+
+class ModelCard(BaseModel):
+    name: str
+    description: str
+    release_date: str = Field(description="YYYY-MM-DD: the served file's date (decider "
+                              "knows no release dates).")
+    n_ctx: int = Field(description="decider: the loaded window, in tokens.")
+    engine: str
+    sha256: str
+
+
+class ModelList(BaseModel):
+    models: list[ModelCard]
+
+
+class FieldError(BaseModel):
+    loc: list[str | int] = Field(description='"body", then field names and indices.')
+    msg: str
+    type: str
+    ctx: dict[str, Any] | None = None
+
+
+class ValidationFailed(BaseModel):
+    detail: list[FieldError]
+
+
+class Problem(BaseModel):
+    reason: str = Field(description="decider's UPPER_SNAKE reason, as over gRPC.")
+    message: str
+    model_config = ConfigDict(extra="allow")  # the reason's numbers: prompt_tokens, n_ctx, ...
+
+
+class Refusal(BaseModel):
+    detail: Problem

@@ -1,0 +1,340 @@
+"""The System One HTTP API against TypeSafe's own published client (typesafe-sdk), a real
+uvicorn on a real socket, and the real gemma-3-270m behind the scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import math
+import re
+import socket
+import time
+
+import httpx2
+import jsonschema
+import pytest
+import structlog
+from http_server import KEY, MODEL, HttpThread
+from typesafe_sdk import (
+    Choice,
+    Noul,
+    RetryPolicy,
+    Score,
+    TypeSafeAuthenticationError,
+    TypeSafeBadRequestError,
+    TypeSafeClient,
+    TypeSafeError,
+    TypeSafeInternalServerError,
+    TypeSafeNotFoundError,
+    TypeSafeRateLimitError,
+    TypeSafeUnprocessableEntityError,
+)
+
+from decider.config import HttpSection
+from decider.logs import configure
+
+STATE = {"ticket": {"subject": "Duplicate charge",
+                    "text": "I was charged twice for order A-104. Please refund me today."},
+         "customer": "Ana"}
+QUESTIONS = {
+    "refund": Noul(instructions="Does `ticket.text` ask for a refund?"),
+    "spam": Noul(instructions="Is this message spam?",
+                 criteria={"true": "unsolicited advertising", "false": "a real customer"}),
+    "topic": Choice(instructions="What is `ticket` about?",
+                    criteria={"billing": "charges and refunds", "shipping": None,
+                              "technical": "bugs and errors"}),
+    "urgency": Score(instructions="How urgent is it?",
+                     criteria=["can wait", "this week", "today"]),
+    "only": Choice(criteria={"billing": None}),
+}
+ALIAS = "jev-latest"  # the SDK's default model: an app that never names one works unchanged
+
+
+@pytest.fixture(scope="module")
+def served(decider):
+    http = HttpSection(address="127.0.0.1:0", api_keys=(KEY,), model_aliases=(ALIAS,))
+    with HttpThread(decider, http) as s:
+        yield s
+
+
+def sdk(served, key=KEY) -> TypeSafeClient:
+    return TypeSafeClient(api_key=key, base_url=served.url, retry=RetryPolicy(max_retries=0),
+                          timeout=300)
+
+
+def flat(value, at=()) -> dict:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in flat(item, (*at, key)).items()}
+    return {at: value}
+
+
+def assert_same(got: dict, want: dict, tol: float = 1e-9) -> None:
+    g, w = flat(got), flat(want)
+    assert g.keys() == w.keys()
+    for k in g:
+        if isinstance(w[k], float):
+            assert g[k] == pytest.approx(w[k], abs=tol), k
+        else:
+            assert g[k] == w[k], k
+
+
+def entropy_confidence(ps) -> float:
+    return 1 - -sum(p * math.log(p) for p in ps if p > 0) / math.log(len(ps))
+
+
+def test_the_sdk_gets_every_question_type_answered_as_the_in_process_api_does(served, decider):
+    with sdk(served) as client:  # no model named: the SDK's default, an alias here
+        resp = client.system_one(state=STATE, questions=QUESTIONS)
+    assert resp.model == MODEL and resp.usage.output_tokens == 0 and resp.usage.input_tokens > 0
+    assert resp.request_id == resp.raw_http_response.headers["x-request-id"]
+    for name in ("refund", "spam"):
+        assert 0 < resp.nouls[name].noul < 1
+    topic = resp.choices["topic"]
+    assert list(topic.probabilities) == ["billing", "shipping", "technical"]
+    assert sum(topic.probabilities.values()) == pytest.approx(1, abs=1e-9)
+    assert topic.choice == max(topic.probabilities, key=topic.probabilities.get)
+    assert topic.confidence == pytest.approx(entropy_confidence(topic.probabilities.values()))
+    only = resp.choices["only"]
+    assert (only.choice, only.probabilities, only.confidence) == ("billing", {"billing": 1.0}, 1.0)
+    urgency = resp.scores["urgency"]
+    assert urgency.legend == {0: "can wait", 1: "this week", 2: "today"}
+    assert sum(urgency.probabilities.values()) == pytest.approx(1, abs=1e-9)
+    assert urgency.score == pytest.approx(sum(i * p for i, p in urgency.probabilities.items()))
+    assert 0 <= urgency.confidence <= 1
+    # alone in its engine call, the HTTP answer is the in-process one to the last digit
+    body = {"model": MODEL, "state": STATE,
+            "questions": {k: q.model_dump() for k, q in QUESTIONS.items()}}
+    here = decider.decide_systemone(body)
+    there = resp.raw_http_response.json()
+    assert_same(there["answers"], here["answers"])
+    assert there["usage"] == here["usage"]
+    assert there["decider"]["model_sha256"] == here["decider"]["model_sha256"]
+
+
+def test_the_sdk_lists_the_model_under_its_name_and_aliases(served, decider):
+    with sdk(served) as client:
+        cards = client.models.list().models
+    assert [c.name for c in cards] == [MODEL, ALIAS]
+    assert all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", c.release_date) and c.description
+               for c in cards)
+    raw = httpx2.get(f"{served.url}/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    assert raw.json()["models"][0]["n_ctx"] == decider.n_ctx == 2048
+
+
+def test_the_sdk_raises_its_own_errors_for_bad_fields_keys_models_and_the_window(served):
+    with sdk(served) as client:
+        with pytest.raises(TypeSafeUnprocessableEntityError) as bad:
+            client.system_one(state="x", questions={
+                "q": {"type": "score", "criteria": [f"level {i}" for i in range(11)]}})
+        assert bad.value.status == 422
+        assert bad.value.body["detail"][0]["loc"] == ["body", "questions", "q", "score",
+                                                      "criteria"]
+        assert "questions.q.score.criteria" in str(bad.value)
+        with pytest.raises(TypeSafeNotFoundError) as unknown:
+            client.system_one(state="x", questions={"q": Noul(instructions="Is it?")},
+                              model="no-such-model")
+        assert unknown.value.body["detail"]["reason"] == "MODEL_NOT_FOUND"
+        # over 1 KiB: the SDK sends it zstd-compressed; over the window: refused, not cut
+        with pytest.raises(TypeSafeBadRequestError) as long:
+            client.system_one(state="word " * 2500, questions={"q": Noul(instructions="Ok?")})
+        detail = long.value.body["detail"]
+        assert detail["reason"] == "PROMPT_TOO_LONG" and detail["n_ctx"] == 2048
+        assert detail["prompt_tokens"] > 2048 and str(detail["prompt_tokens"]) in detail["message"]
+    with sdk(served, key="not-the-key-0123456789") as stranger:
+        with pytest.raises(TypeSafeAuthenticationError) as wrong:
+            stranger.models.list()
+    assert wrong.value.headers["www-authenticate"].startswith("Bearer")
+    assert wrong.value.body["detail"]["message"] == "the API key is not valid"
+    with pytest.raises(TypeSafeError, match="No API key"):  # the SDK never sends none...
+        TypeSafeClient(api_key="", base_url=served.url)
+    missing = httpx2.get(f"{served.url}/v1/models")  # ...so a bare client does
+    assert missing.status_code == 401 and "Bearer" in missing.json()["detail"]["message"]
+
+
+def test_compressed_bodies_are_decoded_and_bounded(served):
+    import gzip
+
+    from backports.zstd import compress
+
+    body = json.dumps({"model": MODEL, "state": "x", "questions": {"q": {"type": "choice",
+                       "criteria": {"a": None}}}}).encode()
+    auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    for encoding, packed in (("zstd", compress(body)), ("gzip", gzip.compress(body))):
+        r = httpx2.post(f"{served.url}/v1/systemone", content=packed,
+                        headers={**auth, "Content-Encoding": encoding}, timeout=300)
+        assert r.status_code == 200, r.text
+        assert r.json()["answers"]["q"]["probabilities"] == {"a": 1.0}
+    bomb = compress(b'{"state": "' + b" " * (17 * 2**20) + b'"}')  # 17 MiB in ~1 KiB
+    r = httpx2.post(f"{served.url}/v1/systemone", content=bomb,
+                    headers={**auth, "Content-Encoding": "zstd"})
+    assert r.status_code == 413 and r.json()["detail"]["limit"] == 16 * 2**20
+    r = httpx2.post(f"{served.url}/v1/systemone", content=body[:-5] + b"xxxxx",
+                    headers={**auth, "Content-Encoding": "zstd"})
+    assert r.status_code == 400 and r.json()["detail"]["reason"] == "BAD_ENCODING"
+    r = httpx2.post(f"{served.url}/v1/systemone", content=body,
+                    headers={**auth, "Content-Encoding": "br"})
+    assert r.status_code == 415 and "zstd" in r.json()["detail"]["message"]
+
+
+def test_the_openapi_document_describes_what_the_server_does(served):
+    doc = httpx2.get(f"{served.url}/openapi.json").json()
+    assert {"/v1/systemone", "/v1/models", "/healthz", "/readyz", "/metrics"} <= set(doc["paths"])
+    post = doc["paths"]["/v1/systemone"]["post"]
+    assert post["security"] == [{"HTTPBearer": []}]
+    assert {"200", "400", "401", "404", "413", "422", "429", "500", "503", "504"} <= set(
+        post["responses"])
+
+    def check(instance, name: str, fits: bool = True) -> None:
+        schema = {"$ref": f"#/components/schemas/{name}", "components": doc["components"]}
+        errors = list(jsonschema.Draft202012Validator(schema).iter_errors(instance))
+        assert not errors if fits else errors, errors
+
+    body = {"model": MODEL, "state": {"a": [1, 2]}, "questions": {
+        "q": {"type": "noul", "criteria": {"true": "yes it is"}},
+        "c": {"type": "choice", "criteria": {"x": None}},
+        "s": {"type": "score", "instructions": {"task": "rate"}, "criteria": ["lo", "hi"]},
+        "m": {"type": "decider.multi_label", "criteria": {"x": None, "y": "why"},
+              "thresholds": {"y": 0.2}}}}
+    check(body, "SystemOneRequest")
+    check({**body, "questions": {"c": {"type": "choice", "criteria": {
+        str(i): None for i in range(256)}}}}, "SystemOneRequest", fits=False)
+    check({**body, "questions": {"b": {"type": "box"}}}, "SystemOneRequest", fits=False)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    ok = httpx2.post(f"{served.url}/v1/systemone", json=body, headers=auth, timeout=300)
+    assert ok.status_code == 200
+    check(ok.json(), "SystemOneResponse")
+    assert ok.json()["answers"]["m"]["labels"]["y"]["threshold"] == 0.2
+    bad = httpx2.post(f"{served.url}/v1/systemone", json={"state": 3}, headers=auth)
+    assert bad.status_code == 422
+    check(bad.json(), "ValidationFailed")
+    long = httpx2.post(f"{served.url}/v1/systemone", headers=auth, json={
+        **body, "state": "word " * 2500})
+    assert long.status_code == 400
+    check(long.json(), "Refusal")
+    check(httpx2.get(f"{served.url}/v1/models", headers=auth).json(), "ModelList")
+
+
+def test_health_metrics_request_ids_and_json_logs_without_the_text(served):
+    assert httpx2.get(f"{served.url}/healthz").json() == {"status": "ok"}
+    assert httpx2.get(f"{served.url}/readyz").status_code == 200
+    assert httpx2.get(f"{served.url}/metrics").status_code == 401
+    auth = {"Authorization": f"Bearer {KEY}"}
+    mine = httpx2.get(f"{served.url}/v1/models", headers={**auth, "X-Request-ID": "app-42.x"})
+    assert mine.headers["x-request-id"] == mine.headers["x-typesafe-request-id"] == "app-42.x"
+    odd = httpx2.get(f"{served.url}/v1/models", headers={**auth, "X-Request-ID": "a b\tc"})
+    assert re.fullmatch(r"[0-9a-f]{32}", odd.headers["x-request-id"])
+    lines = io.StringIO()
+    configure(level="info", fmt="json", stream=lines)
+    try:
+        r = httpx2.post(f"{served.url}/v1/systemone", headers=auth, timeout=300, json={
+            "model": MODEL, "state": "SECRET-TEXT the parcel is late",
+            "questions": {"late": {"type": "noul", "instructions": "SECRET-QUESTION late?"}}})
+        rid = r.headers["x-request-id"]
+        for _ in range(100):  # the line is written once the response is out
+            if rid in lines.getvalue():
+                break
+            time.sleep(0.05)
+    finally:
+        structlog.reset_defaults()
+    assert r.status_code == 200
+    logged = [json.loads(line) for line in lines.getvalue().splitlines()]
+    [line] = [x for x in logged if x.get("request_id") == rid]
+    assert (line["status"], line["outcome"], line["questions"]) == (200, "OK", 1)
+    assert line["prompt_tokens"] == r.json()["usage"]["input_tokens"] and line["ms"] > 0
+    assert "SECRET" not in lines.getvalue()
+    text = httpx2.get(f"{served.url}/metrics", headers=auth).text
+    assert re.search(r'decider_http_requests_total\{path="/v1/systemone",status="200"\} [1-9]',
+                     text)
+    assert re.search(r'decider_requests_total\{outcome="OK"\} [1-9]', text)
+
+
+def test_queue_full_and_not_ready_say_when_to_retry(decider):
+    with HttpThread(decider, max_queue=0) as full, sdk(full) as client:
+        with pytest.raises(TypeSafeRateLimitError) as busy:
+            client.system_one(state="x", questions={"q": Noul(instructions="Ok?")}, model=MODEL)
+        assert busy.value.retry_after_ms == 1000
+        assert busy.value.body["detail"]["reason"] == "QUEUE_FULL"
+        full.backend.scheduler.accepting = False  # as while draining or reloading
+        with pytest.raises(TypeSafeInternalServerError) as down:
+            client.system_one(state="x", questions={"q": Noul(instructions="Ok?")}, model=MODEL)
+        assert down.value.status == 503 and down.value.headers["retry-after"] == "5"
+        ready = httpx2.get(f"{full.url}/readyz")
+        assert ready.status_code == 503 and ready.headers["retry-after"] == "5"
+
+
+def test_engine_failures_are_500_and_503_and_the_server_goes_on(served, fault_file):
+    question = {"q": Noul(instructions="Is it late?")}
+    with sdk(served) as client:
+        fault_file.write_text("zero-logits")
+        with pytest.raises(TypeSafeInternalServerError) as broken:
+            client.system_one(state="The parcel is late.", questions=question)
+        assert broken.value.status == 500
+        assert broken.value.body["detail"]["reason"] == "ENGINE_RETURNED_NO_LOGITS"
+        fault_file.write_text("oom")
+        with pytest.raises(TypeSafeInternalServerError) as oom:
+            client.system_one(state="The parcel is late.", questions=question)
+        assert oom.value.status == 503 and oom.value.headers["retry-after"] == "5"
+        assert 0 < client.system_one(state="The parcel is late.",
+                                     questions=question).nouls["q"].noul < 1
+
+
+def test_expired_and_abandoned_requests_never_reach_the_engine(decider, fault_file):
+    http = HttpSection(address="127.0.0.1:0", api_keys=(KEY,), request_timeout_seconds=3.0)
+    body = json.dumps({"model": MODEL, "state": "The parcel is late.", "questions": {
+        "q": {"type": "noul", "instructions": "Is it late?"}}}).encode()
+    auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    with HttpThread(decider, http) as s:
+        registry = s.backend.scheduler.metrics.registry
+
+        def reached() -> float:
+            return registry.get_sample_value("decider_engine_requests_total")
+
+        async def scenario():
+            async with httpx2.AsyncClient(base_url=s.url, headers=auth, timeout=60) as c:
+                first = asyncio.create_task(c.post("/v1/systemone", content=body))
+                await asyncio.sleep(0.3)
+                late = await c.post("/v1/systemone", content=body)  # its 3 s pass waiting
+                return (await first).status_code, late
+
+        before = reached()
+        fault_file.write_text("hang:4")  # the first call holds the engine 4 s
+        first, late = asyncio.run(scenario())
+        assert (first, late.status_code) == (200, 504)
+        assert late.json()["detail"]["reason"] == "DEADLINE_EXCEEDED"
+        assert reached() == before + 1
+        head = (f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        host, port = s.url.removeprefix("http://").rsplit(":", 1)
+        fault_file.write_text("hang:1")
+        with socket.create_connection((host, int(port))) as holder:
+            holder.sendall(head + body)
+            time.sleep(0.3)
+            with socket.create_connection((host, int(port))) as gone:
+                gone.sendall(head + body)  # queued behind the holder; then its client leaves
+                time.sleep(0.2)
+            assert b"200 OK" in holder.recv(65536)
+        time.sleep(0.5)
+        assert reached() == before + 2  # the holder's request, not the one whose client left
+
+
+def test_one_request_file_works_over_http_in_the_cli_and_in_python(served, decider, run_cli,
+                                                                    tmp_path):
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"model": MODEL, "state": STATE, "questions": {
+        "refund": {"type": "noul", "instructions": "Does `ticket.text` ask for a refund?"},
+        "topic": {"type": "choice", "criteria": {"billing": None, "shipping": "parcels"}}}}))
+    over_http = httpx2.post(f"{served.url}/v1/systemone", content=request.read_bytes(),
+                            headers={"Authorization": f"Bearer {KEY}"}, timeout=300).json()
+    cli = run_cli("run", MODEL, "--systemone", str(request), "--n-ctx", "2048")
+    assert cli.returncode == 0, cli.stderr.decode()
+    in_python = decider.decide_systemone(request.read_bytes())
+    for out in (json.loads(cli.stdout), in_python):
+        assert_same(out["answers"], over_http["answers"])
+        assert out["usage"] == over_http["usage"] and out["model"] == MODEL
+    request.write_text(json.dumps({"model": MODEL, "state": "x", "questions": {
+        "q": {"type": "score", "criteria": []}}}))
+    bad = run_cli("run", MODEL, "--systemone", str(request))
+    assert bad.returncode == 2 and b"body.questions.q.score.criteria" in bad.stderr
+    mixed = run_cli("run", MODEL, "text", "--systemone", str(request))
+    assert mixed.returncode == 2 and b"--systemone" in mixed.stderr
