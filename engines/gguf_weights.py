@@ -13,7 +13,7 @@ Dense tensors (F32, F16, BF16) stay dense. Numpy only: no torch here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
@@ -62,6 +62,18 @@ class Packed:
 
 
 Weight = Packed | np.ndarray  # np.ndarray: a dense F32/F16/BF16 tensor, as stored
+
+
+def same_weight(a: Weight, b: Weight) -> bool:
+    """Whether two tensors are the same values in the same form (a head equal to the
+    embedding shares its codes)."""
+    if isinstance(a, Packed) != isinstance(b, Packed):
+        return False
+    if not isinstance(a, Packed):
+        return np.array_equal(a, b)
+    return (a.kind, a.group) == (b.kind, b.group) and all(
+        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
+        for x, y in ((a.codes, b.codes), (a.scale, b.scale), (a.offset, b.offset)))
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -150,18 +162,23 @@ def pack(raw: np.ndarray, qtype: gguf.GGMLQuantizationType, rows: int, name: str
 class GGUFModel:
     path: Path
     arch: str
-    meta: dict[str, object]  # metadata key -> scalar or string (arrays left out)
+    # metadata key -> scalar, string, or a list (per-layer values; the tokenizer's arrays
+    # are left out)
+    meta: dict[str, object]
     tensors: dict[str, Weight]
+    # the stored type of each dense tensor ("F32", "F16", "BF16"): what a table gathered
+    # per token is kept in
+    dtypes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def read(cls, path: str | Path, dense: bool = False) -> GGUFModel:
         """Packed tensors; dense: every tensor dequantized to fp32 by gguf itself."""
         reader = gguf.GGUFReader(str(path))
         meta = {}
-        for key, field in reader.fields.items():
-            if len(field.types) == 1:  # a scalar or a string, not an array
-                meta[key] = field.contents()
-        tensors = {}
+        for key, f in reader.fields.items():
+            if len(f.types) == 1 or not key.startswith("tokenizer."):
+                meta[key] = f.contents()
+        tensors, dtypes = {}, {}
         for t in reader.tensors:
             rows = int(np.prod(t.shape[1:]))  # ggml shape is [cols, rows, ...]
             if dense:
@@ -169,4 +186,6 @@ class GGUFModel:
             else:
                 w = pack(t.data, t.tensor_type, rows, t.name)
             tensors[t.name] = w
-        return cls(Path(path), str(meta["general.architecture"]), meta, tensors)
+            if t.tensor_type in _DENSE:
+                dtypes[t.name] = t.tensor_type.name
+        return cls(Path(path), str(meta["general.architecture"]), meta, tensors, dtypes)

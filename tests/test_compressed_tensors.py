@@ -26,7 +26,8 @@ from compressed_tensors.quantization import (
 )
 from compressed_tensors.quantization.utils import calculate_qparams
 from decider.engines import Branch, ScoreJob, load_engine
-from decider.engines.checkpoints import HF_NAMES, read_model
+from decider.engines.checkpoints import read_model
+from decider.engines.hf_config import HF_NAMES
 from decider.engines.gguf_weights import Packed
 from safetensors.torch import load_file, save_file
 from test_torch_engine import max_diff, rand_branch, rand_ids
@@ -257,7 +258,7 @@ def test_moving_the_model_moves_every_tensor_the_dense_embedding_too(ckpt):
     """A checkpoint's embedding stays dense (not a Linear target): Gemma3.to must move it
     with the packed parts and the buffers (the meta device stands in for a GPU here)."""
     from decider.engines.gemma3 import Gemma3
-    from decider.kernels.qmatmul import QWeight
+    from decider.kernels.qweight import QWeight
 
     model = Gemma3(read_model(ckpt[1])).to(torch.device("meta"))
     assert isinstance(model.embedding, torch.Tensor) and model.embedding.is_meta

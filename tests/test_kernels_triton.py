@@ -30,9 +30,12 @@ from trees import draw, forest_inputs, random_job  # noqa: E402
 from decider.kernels import arrivals, fused, fused_triton  # noqa: E402
 from decider.kernels.columns import columns  # noqa: E402
 from decider.kernels.columns_triton import columns_triton  # noqa: E402
+from decider.kernels import embed  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
+from decider.kernels import embed_triton  # noqa: E402
+from decider.kernels import qmatmul_tiles as tiles  # noqa: E402
 from decider.kernels import qmatmul_triton as qmt  # noqa: E402
 from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton  # noqa: E402
 
@@ -99,8 +102,8 @@ def test_a_dense_copy_of_the_wrong_shape_or_dtype_is_refused():
     """A large pass multiplies the copy it is given (made ahead by the engine): one that
     does not match the packed weight is an error, not a wrong product."""
     w = random_qweight(64, 128, 8, 32)
-    x = torch.randn(qmt.LARGE_M, 128, dtype=torch.float16)
-    assert qmt.takes_dense(len(x), w, x.dtype)
+    x = torch.randn(tiles.LARGE_M, 128, dtype=torch.float16)
+    assert tiles.takes_dense(len(x), w, x.dtype)
     for bad in (torch.zeros(64, 96, dtype=torch.float16), torch.zeros(64, 128)):
         with pytest.raises(ValueError, match=r"dense must be \[64, 128\] in torch.float16"):
             qmatmul_triton(x, w, dense=bad)
@@ -120,9 +123,9 @@ def test_tile_choice_launches_on_every_gemma3_shape(hidden, q, kv, ffn):
                "down": (ffn, hidden)}
     for (k, n), group, bits in itertools.product(linears.values(), (16, 32, 128), (4, 8)):
         for m, itemsize in itertools.product([1, 16, 17, 64, 128, 1024, 8192], (2, 4)):
-            bm, bn, bk, _, _, split = qmt._blocks(m, n, k, group, bits, itemsize)
+            bm, bn, bk, _, _, split = tiles.choose(m, n, k, group, bits, itemsize)
             assert k % (split * bk) == 0 and (bk % group == 0 or group % bk == 0)
-            assert split == 1 or triton.cdiv(m, bm) * triton.cdiv(n, bn) <= qmt.MAX_TILES
+            assert split == 1 or triton.cdiv(m, bm) * triton.cdiv(n, bn) <= tiles.MAX_TILES
 
 
 # (embedding, activation dtype, tokens): packed 4-bit with offsets and 8-bit codes, a
@@ -141,8 +144,8 @@ def test_embed_rms_norm_matches_the_reference(case):
          "dense": lambda: torch.randn(50, 96).to(dtype)}[kind]()
     ids = torch.randint(0, 50, (t,), dtype=torch.int32)
     scale, norm = torch.tensor(96 ** 0.5, dtype=dtype), torch.rand(96) + 0.5
-    x, h = qmt.embed_rms_norm_triton(w, ids, scale, norm, 1e-6)
-    want_x, want_h = qm.embed_rms_norm(w, ids, scale, norm, 1e-6)  # CPU tensors: torch
+    x, h = embed_triton.embed_rms_norm_triton(w, ids, scale, norm, 1e-6)
+    want_x, want_h = embed.embed_rms_norm(w, ids, scale, norm, 1e-6)  # CPU tensors: torch
     assert x.dtype == torch.float32 and h.dtype == dtype
     assert torch.equal(x, want_x)  # the same two roundings to the activation dtype
     torch.testing.assert_close(h.float(), want_h.float(), rtol=1e-2 if dtype != torch.float32
