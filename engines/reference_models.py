@@ -69,6 +69,9 @@ def gemma4(cfg: Gemma4Config, gg: GGUFModel):
         bos_token_id=cfg.bos_id, tie_word_embeddings="output.weight" not in gg.tensors,
         attn_implementation="eager",
     )
+    if [t == "sliding_attention" for t in config.layer_types] != list(cfg.kinds):
+        raise ValueError("transformers' Gemma 4 makes the last layer full attention; this "
+                         "model's is sliding")
     sd = _state_dict(gg, GEMMA4_GLOBALS, GEMMA4_LAYERS, shift=0.0)
     for i in range(first_shared, cfg.layers):  # what a shared layer never reads
         for name in ("k_proj", "v_proj", "k_norm"):
