@@ -118,8 +118,8 @@ def _matmul(x: torch.Tensor, w: QWeight | torch.Tensor, out: torch.Tensor | None
 def _joinable(ws: list[Weight]) -> bool:
     if all(not isinstance(w, Packed) for w in ws):
         return True
-    return all(isinstance(w, Packed) and (w.kind, w.group) == (ws[0].kind, ws[0].group)
-               for w in ws)
+    return all(isinstance(w, Packed) and (w.kind, w.group, w.scale.dtype, w.symmetric) ==
+               (ws[0].kind, ws[0].group, ws[0].scale.dtype, ws[0].symmetric) for w in ws)
 
 
 def _join(ws: list[Weight], interleave: bool) -> Weight:

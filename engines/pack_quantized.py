@@ -4,10 +4,11 @@
 signed code q plus 8; `weight_scale` [N, K/group]; asymmetric: `weight_zero_point` int32
 [ceil(N/8), K/group], packed the same way down the rows (zp + 8); value = (q - zp) * s.
 The little-endian words' bytes are exactly Packed's q4 codes (column 2k low nibble of
-byte k, 2k+1 high), u = q + 8, so value = u * s + offset with offset = -8 * s
-(symmetric) or -(zp + 8) * s. Both products are exact in fp32 for bf16/fp16 scales (at
-most 11 + 4 significant bits); fp32 scales are checked and refused where k * s would
-round for some 4-bit k.
+byte k, 2k+1 high), u = q + 8, so value = (u - 8) * s (symmetric: the scale alone is kept,
+in fp16 where that holds it exactly, as it does every bf16 scale of normal size) or
+u * s + offset with offset = -(zp + 8) * s. The products are exact in fp32 for bf16/fp16
+scales (at most 11 + 4 significant bits); fp32 scales are checked and refused where
+k * s would round for some 4-bit k.
 """
 
 from __future__ import annotations
@@ -75,9 +76,13 @@ class PackQuantized:
                 for k in range(3, 16, 2)):  # odd k suffice: k = 2^j * odd only shifts
             raise ValueError(f"{self.module}.weight_scale (F32) has scales whose 4-bit "
                              "multiples round in fp32: not held exactly")
-        offset = -(self.zero_codes().astype(np.float32) * s)  # exact: checked just above
         codes = self.packed.data.view(np.uint8).reshape(self.rows, self.cols // 2)
         src = f"W4A16-g{self.group}{'' if self.symmetric else '-asym'}"
+        if self.symmetric:  # (u - 8) * s; a bf16 scale that fp16 holds exactly is kept so
+            half = s.astype(np.float16)
+            exact = np.array_equal(half.astype(np.float32), s)
+            return Packed("q4", codes, half if exact else s, None, self.group, src)
+        offset = -(self.zero_codes().astype(np.float32) * s)  # exact: checked just above
         return Packed("q4", codes, s, offset, self.group, src)
 
     def dense(self) -> np.ndarray:

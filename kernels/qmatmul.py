@@ -23,7 +23,9 @@ def dequantize(w: QWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         q = torch.stack([w.codes & 15, w.codes >> 4], -1).view(n, -1, w.group)
     else:
         q = w.codes.view(n, -1, w.group)
-    out = q * w.scale[..., None]  # int * fp32 promotes to fp32 in one pass
+    if w.symmetric:
+        q = q.to(torch.int8) - 8
+    out = q * w.scale.float()[..., None]  # int * fp32 promotes to fp32 in one pass
     if w.offset is not None:
         out = out + w.offset[..., None]
     return out.view(n, k).to(dtype)

@@ -30,17 +30,20 @@ def weight_tile(codes_ptr, scale_ptr, offset_ptr, rn, k0, stride_cn, stride_sn,
         else:
             k = k0 + tl.arange(0, BLOCK_K)
             q = tl.load(codes_ptr + rn[:, None] * stride_cn + k[None, :]).to(tl.float32)
-        # one scale (and offset) per row and group, broadcast in registers
+        if BITS == 4 and not HAS_OFFSET:  # symmetric: (code - 8) * scale
+            q = q - 8.0
+        # one scale (and offset) per row and group, broadcast in registers; an fp16 scale
+        # widens to fp32 exactly
         if GROUP >= BLOCK_K:  # the tile lies in one group
             g = rn * stride_sn + k0 // GROUP  # [BN]
-            w = q * tl.load(scale_ptr + g)[:, None]
+            w = q * tl.load(scale_ptr + g).to(tl.float32)[:, None]
             if HAS_OFFSET:
                 w += tl.load(offset_ptr + g)[:, None]
         else:  # the tile holds BK // GROUP whole groups
             gk = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
             g = rn[:, None] * stride_sn + gk[None, :]  # [BN, BK / G]
             w = tl.reshape(q, (BLOCK_N, BLOCK_K // GROUP, GROUP)) \
-                * tl.load(scale_ptr + g)[:, :, None]
+                * tl.load(scale_ptr + g).to(tl.float32)[:, :, None]
             if HAS_OFFSET:
                 w += tl.load(offset_ptr + g)[:, :, None]
             w = tl.reshape(w, (BLOCK_N, BLOCK_K))

@@ -11,8 +11,9 @@ import torch
 @dataclass(frozen=True, slots=True)
 class QWeight:
     codes: torch.Tensor  # bits 4: uint8 [N, K // 2]; bits 8: int8 [N, K]
-    scale: torch.Tensor  # fp32 [N, K // group]
-    offset: torch.Tensor | None  # fp32 [N, K // group]; bits 4 only
+    scale: torch.Tensor  # fp32 or fp16 [N, K // group]
+    # fp32 [N, K // group], bits 4 only; None for 4 bits: symmetric, (code - 8) * scale
+    offset: torch.Tensor | None
     group: int
     bits: int
 
@@ -22,8 +23,14 @@ class QWeight:
         if self.codes.dtype != dtype or tuple(self.codes.shape) != (n, width):
             raise ValueError(f"{self.bits}-bit codes must be {dtype} [{n}, {width}], got "
                              f"{self.codes.dtype} {tuple(self.codes.shape)}")
-        if self.scale.dtype != torch.float32 or (self.offset is None) != (self.bits == 8):
-            raise ValueError("scales are fp32; 4-bit weights have an offset, 8-bit ones none")
+        if self.scale.dtype not in (torch.float32, torch.float16) or (
+                self.bits == 8 and self.offset is not None):
+            raise ValueError("scales are fp32 or fp16; only 4-bit weights have an offset")
+
+    @property
+    def symmetric(self) -> bool:
+        """4-bit codes without an offset: (code - 8) * scale."""
+        return self.bits == 4 and self.offset is None
 
     @property
     def shape(self) -> tuple[int, int]:

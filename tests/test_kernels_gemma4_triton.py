@@ -113,3 +113,31 @@ def test_a_whole_gemma4_engine_call_on_the_triton_kernels_matches_the_reference(
     finally:
         engine.close()
         reference.close()
+
+
+def symmetric_qweight(n: int, k: int, group: int = 32) -> "qm.QWeight":
+    """4-bit codes without an offset, fp16 scales: Q4_0 and QAT W4A16 as they are held."""
+    scale = (torch.rand(n, k // group) * 0.1 + 0.01).half()
+    return qm.QWeight(torch.randint(0, 256, (n, k // 2), dtype=torch.uint8), scale, None,
+                      group, 4)
+
+
+@pytest.mark.parametrize("m", [1, 40])
+def test_symmetric_4bit_weights_with_fp16_scales_match_the_reference(m):
+    """(code - 8) * scale, the scale widened from fp16: the matmul (plain, gelu epilogue,
+    the head's logsumexp), the dequantize kernel (bit for bit) and the embedding."""
+    from decider.kernels.qmatmul_triton import dequantize_triton
+
+    w, gate_up = symmetric_qweight(70, 128), symmetric_qweight(2 * 35, 128)
+    x = torch.randn(m, 128)
+    close(qmt.qmatmul_triton(x, w), qm.qmatmul(x, w))
+    close(qmt.qmatmul_gelu_triton(x, gate_up), qm.qmatmul_gelu(x, gate_up))
+    close(qmt.qmatmul_logsumexp(x, w, softcap=30.0), qm.qmatmul_logsumexp(x, w, softcap=30.0))
+    assert torch.equal(dequantize_triton(w, torch.float32), qm.dequantize(w))
+    assert torch.equal(qm.dequantize(w)[:, :2], ((torch.stack(
+        [w.codes[:, 0] & 15, w.codes[:, 0] >> 4], -1).float() - 8) * w.scale[:, :1].float()))
+    ids = torch.randint(0, 70, (m,), dtype=torch.int32)
+    scale, norm = torch.tensor(128 ** 0.5), torch.rand(128) + 0.5
+    for got, want in zip(embed_triton.embed_rms_norm_triton(w, ids, scale, norm, 1e-6),
+                         embed.embed_rms_norm(w, ids, scale, norm, 1e-6), strict=True):
+        close(got, want)
