@@ -113,14 +113,19 @@ def test_a_dense_copy_of_the_wrong_shape_or_dtype_is_refused():
 
 @pytest.mark.parametrize("hidden,q,kv,ffn", [(640, 1024, 256, 2048), (1152, 1024, 256, 6912),
                                            (2560, 2048, 1024, 10240), (3840, 4096, 2048, 15360),
-                                           (5376, 4096, 2048, 21504)],
-                         ids=["270m", "1b", "4b", "12b", "27b"])
-def test_tile_choice_launches_on_every_gemma3_shape(hidden, q, kv, ffn):
-    """Every projection of each Gemma 3 size, at every pass size the graphs capture and
+                                           (5376, 4096, 2048, 21504),
+                                           (1536, 4096, 1024, 12288), (2560, 4096, 2048, 10240),
+                                           (5376, 16384, 4096, 21504)],
+                         ids=["270m", "1b", "4b", "12b", "27b", "gemma-4-e2b", "gemma-4-e4b",
+                              "gemma-4-31b"])
+def test_tile_choice_launches_on_every_gemma_shape(hidden, q, kv, ffn):
+    """Every projection of each Gemma 3 and 4 size (Gemma 4's largest full-layer and
+    double-wide MLP forms), at every pass size the graphs capture and
     in both activation widths: the built-in tiles are ones the launcher accepts (K tiles
     that divide K and its slices, whole groups, split-K only within its counts)."""
     linears = {"qkv": (hidden, q + 2 * kv), "o": (q, hidden), "gate_up": (hidden, 2 * ffn),
-               "down": (ffn, hidden)}
+               "down": (ffn, hidden), "ple_gate": (hidden, 256), "ple_proj": (256, hidden),
+               "ple_model_proj": (hidden, 35 * 256)}  # Gemma 4's per-layer inputs
     for (k, n), group, bits in itertools.product(linears.values(), (16, 32, 128), (4, 8)):
         for m, itemsize in itertools.product([1, 16, 17, 64, 128, 1024, 8192], (2, 4)):
             bm, bn, bk, _, _, split = tiles.choose(m, n, k, group, bits, itemsize)
@@ -210,6 +215,8 @@ ATTENTION_CASES = {
     "cached-prefix-trees-gqa4-d256": ([3, 50], True, 4, 1, 256, None, 40),
     "cached-ring-window32-gqa2-d72": ([20, 6], True, 4, 2, 72, 32, 32),
     "block-edges-window2-d64": ([65, 33, 64], False, 2, 1, 64, 2, 0),
+    # Gemma 4's full layers
+    "cached-prefix-chains-gqa8-d512": ([20, 9], False, 8, 1, 512, None, 12),
 }
 
 
