@@ -48,7 +48,9 @@ def test_fp32_on_cuda_matches_the_reference(engines):
 
 @pytest.mark.parametrize("name,n", [("fp16", 30), ("fp16-chunked", 30), ("fp16", 300)],
                          ids=["graph", "through-the-cache", "eager-10k-dense-weights"])
-def test_fp16_keeps_p_yes_within_0_02_and_the_decisions(engines, name, n):
+def test_fp16_keeps_p_yes_within_0_02_and_the_decisions(engines, name, n, request):
+    if n > 100 and "e2b-like]" not in request.node.name:
+        pytest.skip("the large pass on E2B's layout only (the CPU reference takes the time)")
     batch = jobs(seeded("prompts"), n)
     worst = 0.0
     for j, g, r in zip(batch, engines[name].score(batch), engines["ref"].score(batch),
