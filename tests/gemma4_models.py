@@ -72,10 +72,8 @@ def write_checkpoint(path, spec: dict, rng: np.random.Generator, *, ple_4bit: bo
     tensors; the per-layer table bf16, or 4-bit as well (ple_4bit: the "emb4" repacks);
     embeddings_4bit: the token embedding too, so that a head equal to it shares its codes."""
     import torch
-    from compressed_tensors import ModelCompressor, QuantizationConfig
-    from compressed_tensors.quantization import (QuantizationArgs, QuantizationScheme,
-                                                 apply_quantization_config)
-    from compressed_tensors.quantization.utils import calculate_qparams
+    from checkpoint_writing import quantize_and_save
+    from compressed_tensors.quantization import QuantizationArgs
     from transformers import Gemma4ForCausalLM
 
     torch.manual_seed(int(rng.integers(2**31)))
@@ -99,17 +97,5 @@ def write_checkpoint(path, spec: dict, rng: np.random.Generator, *, ple_4bit: bo
                             group_size=32)
     targets = ["Linear"] + (["re:.*embed_tokens_per_layer$"] if ple_4bit else []) \
         + (["re:.*embed_tokens$"] if embeddings_4bit else [])
-    apply_quantization_config(model, QuantizationConfig(
-        config_groups={"group_0": QuantizationScheme(targets=targets, weights=args)}),
-        show_progress=False)
-    with torch.no_grad():
-        for module in model.modules():
-            if hasattr(module, "weight_scale"):
-                w = module.weight.float().unflatten(-1, (-1, 32))
-                scale, _ = calculate_qparams(w.amin(-1), w.amax(-1), args)
-                module.weight_scale.copy_(scale.reshape(module.weight_scale.shape))
-    compressor = ModelCompressor.from_pretrained_model(model, "pack-quantized")
-    compressor.compress_model(model)
-    model.save_pretrained(path)
-    compressor.update_config(path)
+    quantize_and_save(model, path, args, targets, [])
     return path

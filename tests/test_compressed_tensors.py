@@ -15,20 +15,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("compressed_tensors")
-from compressed_tensors import ModelCompressor, QuantizationConfig
+from checkpoint_writing import assert_the_multimodal_layout_reads_the_same, quantize_and_save
 from compressed_tensors.compressors.pack_quantized.base import (
     PackedQuantizationCompressor,
 )
-from compressed_tensors.quantization import (
-    QuantizationArgs,
-    QuantizationScheme,
-    apply_quantization_config,
-)
-from compressed_tensors.quantization.utils import calculate_qparams
+from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.engines.checkpoints import read_model
-from decider.engines.hf_config import HF_NAMES
 from decider.engines.gguf_weights import Packed
+from decider.engines.hf_config import HF_NAMES
 from safetensors.torch import load_file, save_file
 from test_torch_engine import max_diff, rand_branch, rand_ids
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
@@ -47,8 +42,7 @@ SCHEMES = {  # name -> (strategy, group_size, symmetric)
 
 def write_checkpoint(path, strategy="group", group=32, symmetric=True, layers=6):
     """A random tiny Gemma 3 (bf16, random norms), quantized and saved by compressed-
-    tensors: min/max scales and zero points from its own calculate_qparams, packed by
-    its own ModelCompressor, the quantization_config written by its update_config."""
+    tensors itself (checkpoint_writing.quantize_and_save)."""
     torch.manual_seed(int(np.random.default_rng().integers(2**31)))
     cfg = Gemma3TextConfig(
         vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
@@ -61,22 +55,7 @@ def write_checkpoint(path, strategy="group", group=32, symmetric=True, layers=6)
     model = model.to(torch.bfloat16)
     args = QuantizationArgs(num_bits=4, type="int", symmetric=symmetric, strategy=strategy,
                             group_size=group)
-    apply_quantization_config(model, QuantizationConfig(
-        config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)},
-        ignore=["lm_head"]), show_progress=False)
-    with torch.no_grad():
-        for module in model.modules():
-            if hasattr(module, "weight_scale"):
-                w = module.weight.float()
-                w = w.unflatten(-1, (-1, group)) if strategy == "group" else w[:, None]
-                scale, zero = calculate_qparams(w.amin(-1), w.amax(-1), args)
-                module.weight_scale.copy_(scale.reshape(module.weight_scale.shape))
-                if hasattr(module, "weight_zero_point"):
-                    module.weight_zero_point.copy_(zero.reshape(module.weight_zero_point.shape))
-    compressor = ModelCompressor.from_pretrained_model(model, "pack-quantized")
-    compressor.compress_model(model)
-    model.save_pretrained(path)
-    compressor.update_config(path)
+    quantize_and_save(model, path, args, ["Linear"], ["lm_head"])
     return path
 
 
@@ -159,24 +138,10 @@ def test_label_logits_match_the_reference(ckpt):
 
 
 def test_the_multimodal_layout_reads_the_same(ckpt, tmp_path):
-    """model_type gemma3 with a text_config, tensors under model.language_model., a
-    vision tensor beside them: the same GGUF-named tensors and metadata."""
-    _, path, _, _ = ckpt
-    stored = load_file(path / "model.safetensors")
-    renamed = {k.replace("model.", "model.language_model.", 1): v for k, v in stored.items()}
-    renamed["model.vision_tower.patch.weight"] = torch.zeros(4, 4)
-    save_file(renamed, tmp_path / "model.safetensors")
-    text = json.loads((path / "config.json").read_text())
-    quant = text.pop("quantization_config")
-    quant["ignore"] = ["lm_head", "re:.*vision_tower.*"]
-    (tmp_path / "config.json").write_text(json.dumps(
-        {"model_type": "gemma3", "text_config": text, "quantization_config": quant}))
-    a, b = read_model(path), read_model(tmp_path)
-    assert a.meta == b.meta and a.tensors.keys() == b.tensors.keys()
-    for name, w in a.tensors.items():
-        v = b.tensors[name]
-        assert np.array_equal(w.dequantize() if isinstance(w, Packed) else w,
-                              v.dequantize() if isinstance(v, Packed) else v)
+    """model_type gemma3 with a text_config, a vision tensor beside the text model's."""
+    assert_the_multimodal_layout_reads_the_same(
+        ckpt[1], tmp_path, "gemma3", ["model.vision_tower.patch.weight"],
+        ignore=["lm_head", "re:.*vision_tower.*"])
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from compressed_tensors.compressors.pack_quantized.base import (  # noqa: E402
     PackedQuantizationCompressor,
 )
 from compressed_tensors.quantization import QuantizationScheme  # noqa: E402
+from checkpoint_writing import assert_the_multimodal_layout_reads_the_same  # noqa: E402
 from gemma4_models import CONFIGS, seeded, write_checkpoint  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from test_torch_engine import max_diff, rand_branch, rand_ids  # noqa: E402
@@ -98,25 +99,12 @@ def test_the_tables_stay_in_their_stored_form_and_an_equal_head_shares_the_codes
 
 
 def test_the_multimodal_layout_reads_the_same_without_its_towers(ckpt, tmp_path):
-    """model_type gemma4 with a text_config, tensors under model.language_model., the
-    vision and audio towers beside them (left out)."""
-    _, path, _, _ = ckpt
-    stored = load_file(path / "model.safetensors")
-    renamed = {k.replace("model.", "model.language_model.", 1): v for k, v in stored.items()}
-    for tower in ("model.vision_tower.patch.weight", "model.audio_tower.conv.bias",
-                  "model.embed_audio.embedding_projection.weight"):
-        renamed[tower] = torch.zeros(4, 4)
-    save_file(renamed, tmp_path / "model.safetensors")
-    text = json.loads((path / "config.json").read_text())
-    quant = text.pop("quantization_config")
-    (tmp_path / "config.json").write_text(json.dumps(
-        {"model_type": "gemma4", "text_config": text, "quantization_config": quant}))
-    a, b = read_model(path), read_model(tmp_path)
-    assert a.meta == b.meta and a.tensors.keys() == b.tensors.keys()
-    for name, w in a.tensors.items():
-        v = b.tensors[name]
-        assert np.array_equal(w.dequantize() if isinstance(w, Packed) else w,
-                              v.dequantize() if isinstance(v, Packed) else v)
+    """model_type gemma4 with a text_config, the vision and audio towers beside the text
+    model (left out)."""
+    assert_the_multimodal_layout_reads_the_same(
+        ckpt[1], tmp_path, "gemma4", ["model.vision_tower.patch.weight",
+                                      "model.audio_tower.conv.bias",
+                                      "model.embed_audio.embedding_projection.weight"])
 
 
 def test_k_and_v_a_shared_layer_never_reads_are_left_out(ckpt, tmp_path):

@@ -92,27 +92,19 @@ def test_a_whole_gemma4_engine_call_on_the_triton_kernels_matches_the_reference(
     """Per-layer inputs, a shared layer reading its donor (through the cache in chunks
     for the long job), the softcapped head; within the CPU path's 1e-3."""
     from gemma4_models import seeded
-    from test_torch_engine import VOCAB, max_diff, rand_branch, rand_ids
+    from test_kernels_triton import assert_on_the_triton_kernels_it_matches_the_reference
+    from test_torch_engine import VOCAB, rand_branch, rand_ids
 
-    from decider.engines import ScoreJob, load_engine
+    from decider.engines import ScoreJob
     from decider.engines.random_gemma4 import write_gemma4
-    from decider.kernels import dispatch
 
     rng = seeded("whole-engine")
     path = write_gemma4(tmp_path / "m.gguf", rng, layers=4, kinds=[True, False, True, False],
                         shared_kv=2, hidden=128, ffn=256, ple=32, double_wide=True,
                         window=16, vocab=VOCAB)
-    reference = load_engine("reference", path, 256)
-    monkeypatch.setattr(dispatch, "triton", lambda x: True)
-    engine = load_engine("triton", path, 256, device="cpu", n_batch=48)
     jobs = [ScoreJob((2, *rand_ids(rng, n)), (rand_branch(rng, 3),))
             for n in (5, 60)]  # 60: through the cache in 48-token chunks
-    try:
-        for got, want in zip(engine.score(jobs), reference.score(jobs), strict=True):
-            assert max_diff(got, want) < 1e-3
-    finally:
-        engine.close()
-        reference.close()
+    assert_on_the_triton_kernels_it_matches_the_reference(path, jobs, monkeypatch)
 
 
 def symmetric_qweight(n: int, k: int, group: int = 32) -> "qm.QWeight":

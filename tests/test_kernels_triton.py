@@ -381,20 +381,30 @@ def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatc
     gemma-3-270m's packed forms (q, k, v and gate, up joined: the fused epilogues run).
     Within the CPU path's 1e-3 of the transformers reference."""
     import numpy as np
-    from test_torch_engine import VOCAB, max_diff, rand_branch, rand_ids
+    from test_torch_engine import VOCAB, rand_branch, rand_ids
 
-    from decider.engines import ScoreJob, load_engine
+    from decider.engines import ScoreJob
     from decider.engines.random_gguf import Q4_K_M, write_tiny_gemma3
-    from decider.kernels import dispatch
 
     rng = np.random.default_rng()
     path = write_tiny_gemma3(tmp_path / "m.gguf", rng, layers=2, window=16, vocab=VOCAB,
                              types=Q4_K_M)
+    jobs = [ScoreJob((2, *rand_ids(rng, n)), (rand_branch(rng, 3), rand_branch(rng, 2)))
+            for n in (5, 20, 70)]  # 70: through the cache in 48-token chunks
+    assert_on_the_triton_kernels_it_matches_the_reference(path, jobs, monkeypatch)
+
+
+def assert_on_the_triton_kernels_it_matches_the_reference(path, jobs, monkeypatch) -> None:
+    """The torch engine's score() on `path` with every operation on the Triton kernels
+    (CPU tensors, interpreted, fp32, 48-token passes) within 1e-3 of the reference."""
+    from test_torch_engine import max_diff
+
+    from decider.engines import load_engine
+    from decider.kernels import dispatch
+
     reference = load_engine("reference", path, 256)
     monkeypatch.setattr(dispatch, "triton", lambda x: True)
     engine = load_engine("triton", path, 256, device="cpu", n_batch=48)
-    jobs = [ScoreJob((2, *rand_ids(rng, n)), (rand_branch(rng, 3), rand_branch(rng, 2)))
-            for n in (5, 20, 70)]  # 70: through the cache in 48-token chunks
     try:
         for got, want in zip(engine.score(jobs), reference.score(jobs), strict=True):
             assert max_diff(got, want) < 1e-3
