@@ -117,7 +117,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_load_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-ctx", type=int, help="window to load (default: the catalog's)")
-    p.add_argument("--engine", help="llama | triton | reference (default: the catalog's)")
+    p.add_argument("--engine", help="llama | triton | reference (default: the one that fits "
+                   "the host, or the catalog entry's)")
     p.add_argument("--threads", type=int, help="CPU threads for the engine")
     p.add_argument("--dtype", choices=DTYPES,
                    help="activation dtype of the triton and reference engines (default: "

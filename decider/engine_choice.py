@@ -2,7 +2,9 @@
 default (engine "auto") the one that fits the host: the Triton engine where CUDA is
 present and it runs the architecture, llama.cpp elsewhere; a checkpoint directory, which
 llama.cpp cannot read, always goes to the torch engine (on the CPU: reference kernels).
-The choice is logged with its reason and carried in every decision's provenance."""
+A load option the chosen engine lacks is still refused by name (load_engine): it is
+the operator who says which engine an option was meant for. The choice is logged with
+its reason and carried in every decision's provenance."""
 
 from __future__ import annotations
 
