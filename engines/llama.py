@@ -1,14 +1,10 @@
 """llama.cpp engine: label logits through llama-cpp-python's low-level API.
 
-One job = one text. Its prefix is decoded once as sequence 0 and never modified. Each
-question branch is decoded as its own sequences, which share the prefix cells of a
-unified KV cache: the first group of branches is decoded in the same batch as the
-prefix (its tokens carry those sequence ids too), later groups start as copies of
-sequence 0 (`seq_cp` shares cells, it copies nothing). Branch sequences are removed
-afterwards. The prefix is never rolled back, so the sliding-window cache never
-loses cells a later branch needs. A branch whose labels need several trie positions
-feeds them as a token tree: a token shared by several label paths carries all their
-sequence ids, so each trie node costs one token.
+One job = one text, laid out by llama_layout.py: its prefix decoded once as sequence 0,
+each question branch either as sequences of its own sharing the prefix cells of a
+unified KV cache (several branches and label paths per decode), or, when the prefix is
+too long for the bounded sliding-window cache to share, appended to sequence 0 and
+rolled back, the prefix's last window held by a guard sequence meanwhile.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp as ll
@@ -31,11 +26,11 @@ from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, check_windows,
                    label_trie, resolve_n_ctx)
 from .faults import begin_pass
+from .llama_layout import Copy, Decode, Entry, Remove, alone_steps, shared_groups, shared_steps
 
 log = structlog.get_logger("decider.engines.llama")
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
-PREFIX_SEQ = 0
 
 # llama.cpp logs through one process-wide callback; model and context creation are
 # captured to read back what the context really allocated (KV cells, sizes).
@@ -53,16 +48,6 @@ ll.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
 ll.llama_backend_init()
 
 _KV_LINE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers")
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """One token of a group decode."""
-
-    token: int
-    pos: int
-    seqs: tuple[int, ...]
-    out: tuple[int, Tokens] | None  # (branch index, trie path) read from this token's output
 
 
 class LlamaEngine:
@@ -97,12 +82,12 @@ class LlamaEngine:
         self.kv_caches = _kv_caches(lines)  # what the context really allocated
         log.info("kv caches", model=path.name, caches=[  # full attention, then sliding
             {"MiB": round(b / 2**20, 2), "cells": c, "layers": n} for b, c, n in self.kv_caches])
-        self._check_swa_bounded()
+        self._n_swa = ll.llama_model_n_swa(self._model)
+        self.room = self._cache_room()  # cells the shared layout may fill
         self._mem = ll.llama_get_memory(self._ctx)
         self._n_batch = n_batch
         self._n_parallel = n_parallel
         self._n_vocab = ll.llama_vocab_n_tokens(self._vocab)
-        self._cells = ll.llama_n_ctx(self._ctx)  # n_ctx padded by llama.cpp: KV cells in all
         self._batch = ll.llama_batch_init(n_batch, 0, 1 + n_parallel)
         desc = ctypes.create_string_buffer(256)
         ll.llama_model_desc(self._model, desc, len(desc))
@@ -151,20 +136,24 @@ class LlamaEngine:
             raise EngineOutOfMemory(f"llama.cpp could not create a context of n_ctx={n_ctx}")
         return n_ctx
 
-    def _check_swa_bounded(self) -> None:
-        """With swa_full off the sliding cache holds n_swa cells per sequence plus one
-        ubatch, not the whole context. Llama(...) would silently drop a misspelled flag;
-        this reads back what was allocated."""
-        n_swa = ll.llama_model_n_swa(self._model)
-        if not n_swa or len(self.kv_caches) != 2:
-            return
-        (_, full_cells, _), (_, swa_cells, _) = self.kv_caches
-        bounded = n_swa * ll.llama_n_seq_max(self._ctx) + ll.llama_n_ubatch(self._ctx)
-        if swa_cells > max(bounded, 256) + 255:
-            raise EngineFailure(
-                f"llama.cpp allocated {swa_cells} sliding-window cells (full cache: "
-                f"{full_cells}); swa_full must be off"
-            )
+    def _cache_room(self) -> int:
+        """The cells every cache of the context holds, as llama.cpp reports allocating
+        them. With swa_full off the sliding cache holds n_swa cells per sequence plus one
+        ubatch, not the whole context (Llama(...) would silently drop a misspelled flag);
+        the alone layout needs two windows and a ubatch of it."""
+        cells = [c for _, c, _ in self.kv_caches] or [ll.llama_n_ctx(self._ctx)]
+        if not self._n_swa or len(cells) != 2:
+            return min(cells)
+        full, swa = cells
+        ubatch = ll.llama_n_ubatch(self._ctx)
+        bounded = self._n_swa * ll.llama_n_seq_max(self._ctx) + ubatch
+        if swa > max(bounded, 256) + 255:
+            raise EngineFailure(f"llama.cpp allocated {swa} sliding-window cells (full "
+                                f"cache: {full}); swa_full must be off")
+        if swa < min(full, 2 * self._n_swa + ubatch):
+            raise EngineFailure(f"llama.cpp allocated {swa} sliding-window cells; a prompt "
+                                f"past the window needs {2 * self._n_swa + ubatch}")
+        return min(full, swa)
 
     # -- Engine protocol -------------------------------------------------------------
 
@@ -193,68 +182,23 @@ class LlamaEngine:
     def _score_job(self, job: ScoreJob, fault: str | None) -> list[BranchResult]:
         ll.llama_memory_clear(self._mem, True)
         tries = [label_trie(b.candidates) for b in job.branches]
+        groups = shared_groups(job, tries, self._n_parallel, self.room)
+        steps = (shared_steps(job, groups) if groups is not None
+                 else alone_steps(job, tries, self._n_swa))
         nodes: list[dict[Tokens, NodeLogits]] = [{} for _ in job.branches]
-        for i, group in enumerate(self._groups(job, tries)):
-            seqs = tuple(range(1, 1 + len(group)))
-            entries = self._group_entries(job, group)
-            if i == 0:  # the first group rides along with the prefix: one decode, not two
-                entries = [_Entry(t, p, (PREFIX_SEQ, *seqs), None)
-                           for p, t in enumerate(job.prefix)] + entries
-            else:
-                for seq in seqs:
-                    ll.llama_memory_seq_cp(self._mem, PREFIX_SEQ, seq, -1, -1)
-            for (bi, path), node in self._decode(entries, fault, tries).items():
-                nodes[bi].setdefault(path, node)
-            for seq in seqs:
-                ll.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        for step in steps:
+            if isinstance(step, Decode):
+                for (bi, path), node in self._decode(step.entries, fault, tries).items():
+                    nodes[bi].setdefault(path, node)
+            elif isinstance(step, Copy):
+                ll.llama_memory_seq_cp(self._mem, step.src, step.dst, step.p0, step.p1)
+            elif isinstance(step, Remove):
+                ll.llama_memory_seq_rm(self._mem, step.seq, step.p0, step.p1)
         return [tuple(n[p] for p in sorted(n, key=len)) for n in nodes]
-
-    def _groups(self, job: ScoreJob, tries: list[dict[Tokens, Tokens]]
-                ) -> list[list[tuple[int, Tokens]]]:
-        """Pack (branch, trie leaf) pairs into decodes of at most n_parallel sequences whose
-        tokens fit the KV cells the prefix leaves free."""
-        free = self._cells - len(job.prefix)
-        groups: list[list[tuple[int, Tokens]]] = [[]]
-        placed: set[tuple[int, Tokens]] = set()  # (branch, node) already fed in the group
-        used = 0
-        for bi, branch in enumerate(job.branches):
-            for leaf in _leaves(tries[bi]):
-                cost = len(branch.suffix) * ((bi, ()) not in placed) + sum(
-                    (bi, leaf[:k]) not in placed for k in range(1, len(leaf) + 1)
-                )
-                if groups[-1] and (len(groups[-1]) == self._n_parallel or used + cost > free):
-                    groups.append([])
-                    placed.clear()
-                    used = 0
-                    cost = len(branch.suffix) + len(leaf)
-                groups[-1].append((bi, leaf))
-                placed.update((bi, leaf[:k]) for k in range(len(leaf) + 1))
-                used += cost
-        return groups
-
-    def _group_entries(self, job: ScoreJob, group: list[tuple[int, Tokens]]) -> list[_Entry]:
-        """The token tree of one group: each token carries the sequences of the leaves
-        below it; parents come before children, so every sequence stays consecutive."""
-        entries: list[_Entry] = []
-        base = len(job.prefix)
-        for bi in dict.fromkeys(bi for bi, _ in group):
-            suffix = job.branches[bi].suffix
-            leaves = {leaf: 1 + i for i, (b, leaf) in enumerate(group) if b == bi}
-            all_seqs = tuple(leaves.values())
-            for k, tok in enumerate(suffix):
-                out = (bi, ()) if k == len(suffix) - 1 else None
-                entries.append(_Entry(tok, base + k, all_seqs, out))
-            paths = sorted({leaf[:k] for leaf in leaves for k in range(1, len(leaf) + 1)},
-                           key=len)
-            for path in paths:
-                seqs = tuple(s for leaf, s in leaves.items() if leaf[: len(path)] == path)
-                entries.append(_Entry(path[-1], base + len(suffix) + len(path) - 1, seqs,
-                                      (bi, path)))
-        return entries
 
     # -- llama_decode ----------------------------------------------------------------
 
-    def _decode(self, entries: list[_Entry], fault: str | None,
+    def _decode(self, entries: Sequence[Entry], fault: str | None,
                 tries: list[dict[Tokens, Tokens]]) -> dict:
         """Feed entries in n_batch chunks; read each output right after its chunk."""
         read: dict[tuple[int, Tokens], NodeLogits] = {}
@@ -322,11 +266,6 @@ def tokenize_with(vocab, text: str) -> list[int]:
     if n < 0:  # cannot happen with one slot per byte, but never read past the buffer
         raise EngineFailure(f"tokenizer needed {-n} slots for {len(data)} bytes")
     return buf[:n]
-
-
-def _leaves(trie: dict[Tokens, Tokens]) -> list[Tokens]:
-    """Trie nodes with no child node: the paths a branch's sequences end on."""
-    return [p for p in trie if not any(len(q) > len(p) and q[: len(p)] == p for q in trie)]
 
 
 def _logsumexp(row: np.ndarray) -> float:

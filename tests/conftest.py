@@ -54,6 +54,17 @@ def decider(model_path, catalog):
 
 
 @pytest.fixture
+def rng(request) -> "np.random.Generator":
+    """A fresh random generator per test; its seed is printed (shown on failure) and
+    DECIDER_TEST_SEED=N replays it."""
+    import numpy as np
+
+    seed = int(os.environ.get("DECIDER_TEST_SEED") or np.random.SeedSequence().entropy % 2**32)
+    print(f"{request.node.nodeid}: seed {seed} (replay: DECIDER_TEST_SEED={seed})")
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture
 def fault_file(tmp_path, monkeypatch) -> Path:
     """The engine fault hook: write a fault name here and the next pass takes it."""
     path = tmp_path / "fault"

@@ -3,14 +3,14 @@ decodes with llama-cpp-python's own Llama class (no shared prefix, no token tree
 
 from __future__ import annotations
 
-from unittest.mock import patch
-
 import numpy as np
 import pytest
 
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.errors import ConfigError, PromptTooLong
 from decider.scoring import answer_log_probs, build_candidates
+
+from plain_llama import plain_llama, plain_rows
 
 # The plain decodes use the engine's batches (the prefix with the first branch, later
 # branches appended to the kept prefix), flash attention setting and weight layout:
@@ -29,39 +29,11 @@ def engine(model_path):
     e.close()
 
 
-def plain_llama(model_path, n_batch=512):
-    """llama-cpp-python's high-level class, set up as the engine sets up its context:
-    every position's logits of one sequence, no shared prefix, no token tree."""
-    import llama_cpp.llama_cpp as lowlevel  # the module Llama calls
-    from llama_cpp import Llama
-
-    defaults = lowlevel.llama_model_default_params
-
-    def as_the_engine():  # plain weight layout, as the engine loads it
-        params = defaults()
-        params.use_extra_bufts = False
-        return params
-
-    with patch.object(lowlevel, "llama_model_default_params", as_the_engine):
-        return Llama(str(model_path), n_ctx=4096, n_batch=n_batch, logits_all=True,
-                     swa_full=False, flash_attn=True, verbose=False)  # llama.cpp's CPU default
-
-
 @pytest.fixture(scope="module")
 def plain(model_path):
     llm = plain_llama(model_path)
     yield llm
     llm.close()
-
-
-def direct(llm, prefix, rest) -> np.ndarray:
-    """Logits at every position of prefix + rest, decoded as two batches (one if rest
-    is empty), each cut into n_batch chunks."""
-    llm.reset()
-    llm.eval(list(prefix))
-    if rest:
-        llm.eval(list(rest))
-    return np.array(llm.scores[: len(prefix) + len(rest)])
 
 
 def words(n: int, seed: int) -> str:
@@ -110,7 +82,7 @@ def test_labels_sharing_a_first_token_match_a_direct_computation(engine, plain):
 
     # one plain sequence through the shared first token gives every trie position's row
     shared = next(c for c in cands.sequences if len(c) > 1)[:1]
-    rows = direct(plain, prefix + suffix + shared, ())  # one batch, as the engine decodes it
+    rows = plain_rows(plain, prefix + suffix + shared)  # one batch, as the engine decodes it
     answer = len(prefix) + len(suffix) - 1
     expected = []
     for seq in cands.sequences:
@@ -145,7 +117,7 @@ def test_a_shared_prefix_gives_the_logits_of_separate_plain_passes(serial, engin
     [shared] = serial.score([ScoreJob(prefix, branches)])
     for k, (branch, [root]) in enumerate(zip(branches, shared)):
         # branch 0 rides in the prefix's batch; the others append to the kept prefix
-        rows = direct(plain, prefix + branch.suffix, ()) if k == 0 else direct(
+        rows = plain_rows(plain, prefix + branch.suffix) if k == 0 else plain_rows(
             plain, prefix, branch.suffix)
         expected = rows[-1]
         np.testing.assert_allclose(root.logits, expected[list(root.token_ids)], atol=LOGIT_TOL)
@@ -172,7 +144,7 @@ def test_input_longer_than_n_batch_is_split(model_path):
         suffix = tuple(tok("Question: " + words(60, 8) + "?\nAnswer:"))
         assert len(prefix) > 2 * 32 and len(suffix) > 32
         [[[root]]] = engine.score([ScoreJob(prefix, (Branch(suffix, ((3,), (4,))),))])
-        expected = direct(llm, prefix + suffix, ())[-1][[3, 4]]  # the same 32-token chunks
+        expected = plain_rows(llm, prefix + suffix)[-1][[3, 4]]  # the same 32-token chunks
         np.testing.assert_allclose(root.logits, expected, atol=LOGIT_TOL)
     finally:
         engine.close()

@@ -91,6 +91,28 @@ def test_sliding_window_edges(tiny, length, n_batch):
     assert max_diff(got, want) < TOL
 
 
+@pytest.mark.parametrize("questions", [1, 4])
+def test_prefixes_of_many_windows_go_through_the_ring_of_window_slots(tiny, rng, questions):
+    """Every length 16k - 1, 16k, 16k + 1 up to n_ctx, and exactly n_ctx: in prefix chunks
+    of 40 tokens through the KV cache (its sliding layers a ring of 16 slots, wrapped
+    within a chunk) they give what the same jobs give in whole passes (no cache), and
+    the reference at n_ctx."""
+    path, whole, reference = tiny
+    n_ctx = 160  # ten windows
+    ring = load_engine("triton", path, n_ctx, device="cpu", n_batch=40)
+    jobs = []
+    for n in sorted({n for k in range(1, n_ctx // WINDOW + 1)
+                     for n in (WINDOW * k - 1, WINDOW * k, WINDOW * k + 1)}):
+        branches = tuple(rand_branch(rng, int(rng.integers(1, 6))) for _ in range(questions))
+        n = min(n, n_ctx - max(b.positions() + 1 for b in branches))  # the last: all of n_ctx
+        jobs.append(ScoreJob((2, *rand_ids(rng, n - 1)), branches))
+    assert jobs[-1].window_tokens() == n_ctx
+    for job, got, want in zip(jobs, ring.score(jobs), whole.score(jobs), strict=True):
+        assert max_diff(got, want) < TOL, f"prefix {len(job.prefix)}"
+    assert max_diff(ring.score(jobs[-1:])[0], reference.score(jobs[-1:])[0]) < TOL
+    ring.close()
+
+
 def test_a_shared_prefix_with_several_branches_equals_separate_passes(tiny):
     _, engine, reference = tiny
     rng = np.random.default_rng()

@@ -1,0 +1,159 @@
+"""Every prompt that fits the loaded window is answered by the llama.cpp engine, at every
+length around the sliding window's multiples, in both layouts of llama_layout.py, and
+its logits are those of plain one-sequence decodes of the same tokens.
+
+On a tiny random Gemma 3 (window 64, batches of 64) every length 64k - 1, 64k, 64k + 1 up
+to n_ctx runs in seconds; test_llama_windows_real.py does the same on the real model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decider.engines import Branch, ScoreJob, label_trie, load_engine
+from decider.engines.llama_layout import leaves
+from decider.engines.random_gguf import T, write_tiny_gemma3
+
+from plain_llama import PlainContext
+
+WINDOW, N_BATCH, N_CTX, VOCAB = 64, 64, 1024, 600
+# The plain decodes run in a context made as the engine's (the same cache sizes), with
+# flash attention off on both sides (on, it sums in fp16 and moves these logits by up
+# to 0.05). What is left is llama.cpp's rounding as batches and cell placement differ:
+# 0 in most cases, up to 0.014 in the shared layout (the first branch rides in the
+# prefix's last batch, several branches share one) and 0.016 in the alone layout after
+# earlier branches left cells elsewhere (measured over four seeds at every length). One
+# token changed inside the window moves the label logits by 0.15-0.4.
+TOL = 0.03
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("windows") / "tiny.gguf"
+    return write_tiny_gemma3(path, np.random.default_rng(19), layers=6, hidden=64, heads=2,
+                             kv_heads=1, head_dim=32, ffn=128, vocab=VOCAB, window=WINDOW,
+                             synthetic_vocab=True, types={"attn_output": T.Q8_0,
+                                                          "ffn_down": T.Q8_0})
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    e = load_engine("llama", tiny, N_CTX, n_batch=N_BATCH, n_parallel=4, flash_attn=False)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def plain(tiny):
+    llm = PlainContext(tiny, N_CTX, N_BATCH, n_seq_max=5, flash_attn=False)
+    yield llm
+    llm.close()
+
+
+def random_job(rng, prefix_len: int, questions: int, window_tokens: int | None = None,
+               suffix: tuple[int, int] = (3, 12)) -> ScoreJob:
+    """A prefix of prefix_len tokens and `questions` branches of suffix[0] to suffix[1]
+    tokens; the last two branches' labels are multi-token and share first tokens.
+    window_tokens: cut the prefix so the longest branch ends exactly at that many."""
+    def ids(n):
+        return tuple(int(t) for t in rng.integers(4, VOCAB, n))
+
+    branches = []
+    for q in range(questions):
+        if q < max(1, questions - 2):
+            labels = ((5,), (6,))
+        else:
+            a, b = ids(2)
+            labels = ((a, b, 7), (a, 8), (b,), (9, 10, 11))
+        branches.append(Branch(ids(int(rng.integers(*suffix))), labels))
+    branches = tuple(branches)
+    if window_tokens is not None:
+        prefix_len = window_tokens - max(b.positions() + 1 for b in branches)
+    return ScoreJob((2, *ids(prefix_len - 1)), branches)
+
+
+def expected_nodes(llm, job: ScoreJob):
+    """Per branch, per trie node: the row of a plain one-sequence decode of the prefix,
+    then of the suffix and label path (as one decode after the prefix, rolled back after:
+    PlainContext.probe; as a fresh sequence where that is longer than a decode)."""
+    out = []
+    llm.start(job.prefix)
+    for branch in job.branches:
+        trie = label_trie(branch.candidates)
+        rows = {}
+        for leaf in leaves(trie):
+            piece = branch.suffix + leaf
+            r = (llm.probe(len(job.prefix), piece, WINDOW) if len(piece) <= N_BATCH
+                 else llm.rows(job.prefix, piece)[len(job.prefix):])
+            rows.update({leaf[:k]: r[len(branch.suffix) - 1 + k] for k in range(len(leaf) + 1)})
+        out.append(rows)
+        if len(branch.suffix) + max(map(len, leaves(trie))) > N_BATCH:
+            llm.start(job.prefix)  # rows() began a fresh sequence
+    return out
+
+
+def prefix_lengths(window: int, n_ctx: int) -> list[int]:
+    return sorted({n for k in range(1, n_ctx // window + 1)
+                   for n in (window * k - 1, window * k, window * k + 1)})
+
+
+def check(engine, llm, job: ScoreJob, plain_job: ScoreJob | None = None) -> None:
+    """The engine's logits for `job` against plain decodes of `plain_job` (the same)."""
+    [result] = engine.score([job])
+    for nodes, want in zip(result, expected_nodes(llm, plain_job or job), strict=True):
+        assert sorted(n.path for n in nodes) == sorted(want)
+        for node in nodes:
+            np.testing.assert_allclose(node.logits, want[node.path][list(node.token_ids)],
+                                       atol=TOL, err_msg=f"prefix {len(job.prefix)}")
+
+
+@pytest.mark.parametrize("questions", [1, 4])
+def test_every_prefix_length_around_the_window_is_answered_as_plain_decodes(
+        engine, plain, rng, questions):
+    lengths = [n for n in prefix_lengths(WINDOW, N_CTX) if n + 12 + 3 <= N_CTX]
+    jobs = [random_job(rng, n, questions) for n in lengths]
+    jobs.append(random_job(rng, 0, questions, window_tokens=N_CTX))
+    assert jobs[-1].window_tokens() == N_CTX
+    assert min(map(len, (j.prefix for j in jobs))) < engine.room < len(jobs[-1].prefix)
+    for job in jobs:  # the shared layout up to engine.room, the alone one past it
+        check(engine, plain, job)
+    # and the check can fail: one token changed inside the last window
+    job = jobs[-1]
+    changed = ScoreJob((*job.prefix[:-10], 4 + (job.prefix[-10] + 1) % 500, *job.prefix[-9:]),
+                       job.branches)
+    with pytest.raises(AssertionError, match="prefix"):
+        check(engine, plain, job, changed)
+
+
+def test_the_shared_layout_holds_until_the_sliding_cells_run_out(engine):
+    # window x 5 sequences + one ubatch, padded to 256
+    assert engine.room == 512
+    (_, full_cells, _), (_, swa_cells, _) = engine.kv_caches
+    assert (full_cells, swa_cells) == (N_CTX, 512)
+
+
+def test_one_sequence_engines_answer_long_prompts_too(tiny, rng):
+    """n_parallel=1: a prefix and one guard sequence, the fewest cells llama.cpp gives."""
+    e = load_engine("llama", tiny, N_CTX, n_batch=N_BATCH, n_parallel=1, flash_attn=False)
+    plain = PlainContext(tiny, N_CTX, N_BATCH, n_seq_max=2, flash_attn=False)
+    try:
+        (_, _, _), (_, swa_cells, _) = e.kv_caches
+        assert swa_cells == 256  # 2 x 64 + 64, padded to 256
+        for n in (200, 255, 256, 600, 1000):
+            check(e, plain, random_job(rng, n, 4))
+        # questions longer than the window: a decode reuses cells of the question itself
+        check(e, plain, random_job(rng, 500, 3, suffix=(150, 300)))
+    finally:
+        e.close()
+        plain.close()
+
+
+def test_sharing_the_prefix_past_the_room_is_what_runs_out_of_cells(engine, rng,
+                                                                     monkeypatch):
+    """The failure the alone layout exists for: branches sharing a prefix longer than the
+    sliding cells hold (the engine as it was, before the layouts)."""
+    from decider.errors import EngineOutOfMemory
+
+    monkeypatch.setattr(engine, "room", 10**9)
+    with pytest.raises(EngineOutOfMemory, match="no room in the KV cache"):
+        engine.score([random_job(rng, 1000, 4)])

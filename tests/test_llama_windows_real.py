@@ -1,0 +1,132 @@
+"""The real gemma-3-270m through the llama.cpp engine as it is loaded by default (n_ctx
+8192, four branch sequences, flash attention on): every prompt length around the 512-token
+window's multiples up to n_ctx is answered, with p_yes within the engine's tolerance of a
+plain one-sequence decode of the same tokens, and the KV memory it reports is the bounded
+sliding-window arithmetic. Slow: about 420,000 prompt tokens on the CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decider.engines import Branch, ScoreJob, label_trie, load_engine
+from decider.engines.llama_layout import leaves
+from plain_llama import PlainContext
+from real_prompts import words
+
+pytestmark = pytest.mark.slow
+
+N_CTX, WINDOW, N_BATCH, N_PARALLEL = 8192, 512, 512, 4
+# llama.cpp's logits move with how tokens are grouped into decodes and placed in cells
+# (flash attention sums in fp16): up to 0.05 in probabilities (DESIGN.md), as in
+# test_llama_engine.py
+P_TOL = 0.08
+KIB = 1024  # K and V of one cell in one layer: 1 KV head x 256 dims x 2 x fp16
+
+
+@pytest.fixture(scope="module")
+def engine(model_path):
+    e = load_engine("llama", model_path, N_CTX)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def plain(model_path):
+    p = PlainContext(model_path, N_CTX, N_BATCH, n_seq_max=1 + N_PARALLEL)
+    yield p
+    p.close()
+
+
+def branches(tok, questions: int) -> tuple[Branch, ...]:
+    """One yes/no question; or three and a choice whose labels share first tokens."""
+    yes_no = ((tok(" yes")[0],), (tok(" no")[0],))
+    asked = ["Is the customer unhappy?", "Is a refund requested?", "Was the parcel late?"]
+    out = [Branch(tuple(tok(f"Question: {q} (yes or no)\nAnswer:")), yes_no)
+           for q in asked[:max(1, questions - 1)]]
+    if questions > 1:
+        labels = tuple(tuple(tok(f" {name}\n")) for name in
+                       ("refund request", "refund status", "billing error", "late delivery"))
+        out.append(Branch(tuple(tok("Question: What is it about?\nAnswer:")), labels))
+    return tuple(out)
+
+
+def probabilities(nodes, candidates) -> np.ndarray:
+    """Each candidate's probability, normalised over the allowed tokens at every node."""
+    by_path = {path: dict(zip(allowed, softmax(logits))) for path, allowed, logits in nodes}
+    p = np.array([np.prod([by_path[c[:k]][c[k]] for k in range(len(c))]) for c in candidates])
+    return p / p.sum()
+
+
+def softmax(x):
+    e = np.exp(np.asarray(x, dtype=np.float64) - np.max(x))
+    return e / e.sum()
+
+
+def plain_nodes(plain: PlainContext, at: int, branch: Branch):
+    """(path, allowed, logits) at every trie node of a branch, from plain probes of the
+    sequence: the suffix and each label path after the first `at` positions."""
+    trie = label_trie(branch.candidates)
+    out = []
+    for leaf in leaves(trie):
+        rows = plain.probe(at, branch.suffix + leaf, WINDOW)
+        for k in range(len(leaf) + 1):
+            path = leaf[:k]
+            allowed = trie[path]
+            out.append((path, allowed, rows[len(branch.suffix) - 1 + k][list(allowed)]))
+    return out
+
+
+@pytest.mark.parametrize("questions", [1, 4])
+def test_every_length_around_the_window_fits_and_matches_plain_decodes(
+        engine, plain, model_path, questions):
+    tok = engine.tokenize
+    asked = branches(tok, questions)
+    longest = max(b.positions() + 1 for b in asked)
+    lengths = sorted({n for k in range(1, N_CTX // WINDOW + 1)
+                      for n in (WINDOW * k - 1, WINDOW * k, WINDOW * k + 1)
+                      if n + longest <= N_CTX} | {N_CTX - longest})
+    text = (engine.info.bos_id, *tok(words(np.random.default_rng(19), 7000)))
+    assert len(text) >= N_CTX
+    done = 0  # the plain sequence grows from one length to the next
+    gaps = []
+    for n in lengths:
+        plain.extend(text[done:n], done)
+        done = n
+        job = ScoreJob(text[:n], asked)
+        [result] = engine.score([job])  # answered: no "no room in the KV cache"
+        for branch, nodes in zip(asked, result, strict=True):
+            got = probabilities([(x.path, x.token_ids, x.logits) for x in nodes],
+                                branch.candidates)
+            want = probabilities(plain_nodes(plain, n, branch), branch.candidates)
+            gaps.append(np.abs(got - want).max())
+            assert gaps[-1] <= P_TOL, f"prefix {n}: {got} against {want}"
+    assert job.window_tokens() == N_CTX
+    print(f"{len(gaps)} branches, |p gap| median {np.median(gaps):.4f} max {max(gaps):.4f}")
+
+
+@pytest.mark.parametrize("n_ctx", [N_CTX, 32768])
+def test_the_kv_memory_is_the_bounded_sliding_window_arithmetic(engine, model_path, n_ctx):
+    e = engine if n_ctx == N_CTX else load_engine("llama", model_path, n_ctx)
+    try:
+        swa_cells = WINDOW * (1 + N_PARALLEL) + N_BATCH  # 3072, already a multiple of 256
+        full = 3 * n_ctx * KIB  # 3 full-attention layers, one cell per position
+        sliding = 15 * swa_cells * KIB  # 15 sliding layers, whatever n_ctx is
+        assert [c for _, c, _ in e.kv_caches] == [n_ctx, swa_cells]
+        assert e.info.memory["kv"] == full + sliding
+    finally:
+        if e is not engine:
+            e.close()
+
+
+def test_a_request_near_the_largest_window_is_answered(catalog):
+    from decider import Decider, YesNo
+
+    with Decider("gemma-3-270m", catalog=catalog, n_ctx=32768) as d:
+        pool = words(np.random.default_rng(32768), 33000).split()
+        n = len(pool)
+        while len(d.engine.tokenize(" ".join(pool[:n]))) > 32768 - 40:
+            n -= 200
+        decision = d.decide(" ".join(pool[:n]), [YesNo("Is a refund requested?")])
+    assert 32768 - 400 < decision.usage.window_tokens <= 32768
+    assert 0.0 <= decision.answers[0].p_yes <= 1.0
