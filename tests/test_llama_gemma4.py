@@ -12,7 +12,7 @@ import pytest
 ll = pytest.importorskip("llama_cpp")
 from gemma4_models import CONFIGS, VOCAB, WINDOW, seeded  # noqa: E402
 from real_prompts import assert_within_llama_bounds, p_yes_gaps  # noqa: E402
-from test_llama_engine import direct, plain_llama  # noqa: E402
+from plain_llama import plain_llama, plain_rows  # noqa: E402
 from test_torch_engine import rand_ids  # noqa: E402
 
 from decider.engines import Branch, ScoreJob, load_engine  # noqa: E402
@@ -108,7 +108,7 @@ def test_a_shared_prefix_past_the_window_gives_the_logits_of_plain_passes(tiny):
     try:
         [shared] = serial.score([ScoreJob(prefix, branches)])
         for k, (branch, [root]) in enumerate(zip(branches, shared)):
-            rows = direct(plain, prefix + branch.suffix, ()) if k == 0 else direct(
+            rows = plain_rows(plain, prefix + branch.suffix) if k == 0 else plain_rows(
                 plain, prefix, branch.suffix)
             np.testing.assert_allclose(root.logits, rows[-1][list(root.token_ids)],
                                        atol=LOGIT_TOL)
