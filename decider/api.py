@@ -18,6 +18,7 @@ from decider.engines import Engine, load_engine
 
 from .answers import Decision, Usage
 from .catalog import Catalog, ModelEntry
+from .engine_choice import choose_engine
 from .errors import ActivationOverflow, DeciderError, PromptTooLong, WorkTooLarge
 from .guard import LogitsGuard
 from .logs import default_to_stderr
@@ -47,7 +48,7 @@ class Decider:
         self.limits = limits
         self.format = FORMATS[self.entry.prompt_format]
         self.engine: Engine = load_engine(
-            engine or self.entry.engine,
+            choose_engine(self.entry, path, engine),
             path,
             n_ctx or self.entry.n_ctx or None,
             model_name=self.entry.name,

@@ -172,11 +172,12 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 4, 16, 64),
 
 def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 20,
                      prompt_tokens: Sequence[int] = (120, 2000), batch: int = 128,
-                     batch_tokens: int = 256, n_ctx: int = 4096) -> dict:
-    """The same score() work through several engines: one yes/no at each prompt length
-    (median ms), and `batch` concurrent decisions of `batch_tokens` tokens in one call
-    (decisions/s). An engine is named alone or as name:dtype (reference:bfloat16:
-    transformers in bf16, on the GPU when there is one).
+                     batch_tokens: int = 256, n_ctx: int = 4096, questions: int = 1) -> dict:
+    """The same score() work through several engines: a request of `questions` yes/no
+    questions about one text at each prompt length (median ms), and `batch` such requests
+    of `batch_tokens` tokens in one call (requests/s; with one question, decisions/s).
+    An engine is named alone or as name:dtype (reference:bfloat16: transformers in bf16,
+    on the GPU when there is one).
 
     Each engine runs in a fresh process of its own, one after another: no engine's memory
     or GPU libraries are in the process of the next, and one that crashes takes only its
@@ -191,7 +192,7 @@ def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 2
     for name in engines:
         with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
             run = pool.submit(_bench_engine, model_path, name, repeat, tuple(prompt_tokens),
-                              batch, batch_tokens, n_ctx)
+                              batch, batch_tokens, n_ctx, questions)
             try:
                 table[name] = run.result()
             except Exception as e:  # noqa: BLE001 - the other engines still run
@@ -212,7 +213,8 @@ def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 2
 
 
 def _bench_engine(model_path: str, name: str, repeat: int, prompt_tokens: tuple[int, ...],
-                  batch: int, batch_tokens: int, n_ctx: int) -> dict[str, float]:
+                  batch: int, batch_tokens: int, n_ctx: int, questions: int = 1
+                  ) -> dict[str, float]:
     """One engine's column of run_engine_bench, in the process that calls it."""
     from decider.engines import Branch, ScoreJob, load_engine
 
@@ -228,18 +230,29 @@ def _bench_engine(model_path: str, name: str, repeat: int, prompt_tokens: tuple[
     engine = load_engine(kind, model_path, n_ctx, **options)
     print(f"{name}: {engine.info.weights}; memory at n_ctx {n_ctx}: " + ", ".join(
         f"{k} {v / 2**20:.1f} MiB" for k, v in engine.info.memory.items()), flush=True)
+    if kind != "llama":  # what the torch engines hold on the GPU in all (tables, buffers)
+        import torch
+
+        if torch.cuda.is_available():
+            print(f"{name}: GPU memory allocated after load "
+                  f"{torch.cuda.memory_allocated() / 2**20:.1f} MiB", flush=True)
     rng = np.random.default_rng(0)
     vocab = min(engine.info.n_vocab, 1000)
 
     def job(n: int) -> ScoreJob:
+        """n tokens: the text, then `questions` 9-token question suffixes."""
         ids = rng.integers(5, vocab, n).tolist()
-        return ScoreJob((2, *ids[: n - 9]), (Branch(tuple(ids[n - 9:]), ((3,), (4,))),))
+        text = n - 9 * questions
+        return ScoreJob((2, *ids[:text]), tuple(
+            Branch(tuple(ids[text + 9 * q:text + 9 * q + 9]), ((3,), (4,)))
+            for q in range(questions)))
 
     singles = {n: job(n) for n in prompt_tokens}
     many = [job(batch_tokens) for _ in range(batch)]
-    col = {f"1 yes/no, {n} tokens (ms)": _median_ms(lambda j=j: engine.score([j]), repeat)
-           for n, j in singles.items()}
+    col = {f"{questions} yes/no, {n} tokens (ms)": _median_ms(
+        lambda j=j: engine.score([j]), repeat) for n, j in singles.items()}
     ms = _median_ms(lambda: engine.score(many), max(3, repeat // 4))
-    col[f"{batch} x {batch_tokens} tokens (decisions/s)"] = batch / ms * 1000
+    unit = "decisions/s" if questions == 1 else f"requests of {questions}/s"
+    col[f"{batch} x {batch_tokens} tokens ({unit})"] = batch / ms * 1000
     engine.close()
     return col

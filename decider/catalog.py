@@ -20,9 +20,16 @@ from pathlib import Path
 
 from .errors import ConfigError, ModelCorrupt, ModelNotFound
 from .verify import Verifier, file_sha256
+from .prompts import FORMATS
 
 SOURCES = ("pypi", "huggingface", "file")
-PROMPT_FORMATS = ("plain", "gemma-chat")
+PROMPT_FORMATS = tuple(FORMATS)
+ENGINES = ("auto", "llama", "triton", "reference")  # auto: the one that fits the host
+LAYOUTS = ("gguf", "checkpoint")  # one .gguf file, or a Hugging Face checkpoint directory
+# what `pull` fetches of a checkpoint repository: the text model's config, weights and
+# tokenizer (the other towers' weights are in the same safetensors, and left unread)
+CHECKPOINT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json",
+                    "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,18 +44,25 @@ class ModelEntry:
     path: str = ""  # file: where the GGUF is
     sha256: str = ""  # checked after assembly or download when given
     size: int = 0  # bytes, when known
-    engine: str = "llama"
+    engine: str = "auto"  # a preference: auto picks the engine that fits the host
     n_ctx: int = 0  # the default window; 0: the engine's default
     prompt_format: str = "plain"
+    layout: str = "gguf"
 
     def problems(self) -> list[str]:
         need = {"pypi": ("package", "file"), "huggingface": ("repo", "file"), "file": ("path",)}
+        if self.layout == "checkpoint":
+            need["huggingface"] = ("repo",)
         if self.source not in SOURCES:
             return [f"source must be one of {SOURCES}, got {self.source!r}"]
         out = [f"{key} is required for source {self.source!r}"
                for key in need[self.source] if not getattr(self, key)]
         if self.prompt_format not in PROMPT_FORMATS:
             out.append(f"prompt_format must be one of {PROMPT_FORMATS}")
+        if self.engine not in ENGINES:
+            out.append(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.layout not in LAYOUTS:
+            out.append(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if not isinstance(self.n_ctx, int) or 0 < self.n_ctx < 32 or self.n_ctx < 0:
             out.append(f"n_ctx must be 0 (engine default) or an integer >= 32, got {self.n_ctx!r}")
         return out
@@ -113,7 +127,7 @@ class Catalog:
             return ModelEntry(name=path.stem, source="file", path=str(path))
         if (path / "config.json").is_file():
             return ModelEntry(name=path.resolve().name, source="file", path=str(path),
-                              engine="triton")
+                              layout="checkpoint")
         raise ModelNotFound(
             f"unknown model {name!r}; known: {', '.join(sorted(self.entries))} "
             "(or give a path to a .gguf file or a checkpoint directory)",
@@ -125,11 +139,17 @@ class Catalog:
             return Path(entry.path).expanduser()
         if entry.source == "pypi":
             return self.cache_dir / "models" / entry.file
+        if entry.layout == "checkpoint":  # a directory of the repository's files
+            return self.cache_dir / "huggingface" / entry.repo
         return self.cache_dir / "huggingface" / entry.repo / entry.file
 
     def is_present(self, entry: ModelEntry) -> bool:
         path = self.local_path(entry)
-        return path.is_file() or (entry.source == "file" and path.is_dir())
+        if entry.source == "file":
+            return path.is_file() or path.is_dir()
+        if entry.layout == "checkpoint":  # pulled: its config and weights are there
+            return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+        return path.is_file()
 
     def locate(self, entry: ModelEntry) -> Path:
         """The model file, verified, assembling a PyPI-shipped one on first use; never
@@ -176,9 +196,12 @@ class Catalog:
             self.verifier.forget(self.local_path(entry))
         if entry.source != "huggingface" or self.is_present(entry):
             return self.locate(entry)
-        from huggingface_hub import hf_hub_download  # only `pull` needs the Hub client
+        from huggingface_hub import hf_hub_download, snapshot_download  # only `pull` needs them
 
         target = self.local_path(entry)
+        if entry.layout == "checkpoint":
+            return Path(snapshot_download(repo_id=entry.repo, revision=entry.revision or None,
+                                          local_dir=target, allow_patterns=CHECKPOINT_FILES))
         fetched = Path(
             hf_hub_download(
                 repo_id=entry.repo,

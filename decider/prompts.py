@@ -84,6 +84,16 @@ FORMATS = {
         answer_space=False,
         answer_end="<end_of_turn>",
     ),
+    # Gemma 4 instruction-tuned models: their turns, then the empty thought block their
+    # template adds with thinking off, so that the answer is the first token after it
+    # (without the block the first token can be <|channel>, opening one).
+    "gemma4-chat": PromptFormat(
+        name="gemma4-chat",
+        prefix="<|turn>user\n{instructions}Text: {text}\n\n",
+        suffix="{body}<turn|>\n<|turn>model\n<|channel>thought\n<channel|>",
+        answer_space=False,
+        answer_end="<turn|>",
+    ),
 }
 
 

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import torch
 
-from decider.kernels.qmatmul import QWeight
+from decider.kernels.qweight import QWeight
 
-LINEARS = ("qkv", "o", "gate_up", "down")
+LINEARS = ("qkv", "o", "gate_up", "down", "ple_gate", "ple_proj")
 
 
 class DenseWeights:
@@ -26,7 +26,7 @@ class DenseWeights:
     def __init__(self, blocks: torch.nn.ModuleList, dtype: torch.dtype) -> None:
         # per layer, the linears that are one packed weight (others dequantize on demand)
         self._weights = [{name: getattr(b, name).parts[0] for name in LINEARS
-                          if _single_packed(getattr(b, name))} for b in blocks]
+                          if _single_packed(getattr(b, name, None))} for b in blocks]
         self.dtype = dtype
         self._buffers: list[dict[str, torch.Tensor]] = []
         self._stream: torch.cuda.Stream | None = None
@@ -36,7 +36,7 @@ class DenseWeights:
         dequantized (kernels/qmatmul_triton.py's `takes_dense`), by linear name."""
         if device.type != "cuda":
             return [{} for _ in self._weights]
-        from decider.kernels.qmatmul_triton import takes_dense  # Triton only where it runs
+        from decider.kernels.qmatmul_tiles import takes_dense
 
         return [{name: w for name, w in ws.items() if takes_dense(rows, w, self.dtype)}
                 for ws in self._weights]
@@ -55,10 +55,10 @@ class DenseWeights:
         main = torch.cuda.current_stream()
         if self._stream is None:
             self._stream = torch.cuda.Stream(main.device)
-            # two sets, one buffer per linear (a linear has one shape in every layer)
-            shapes = {name: w.shape for ws in self._weights for name, w in ws.items()}
-            self._buffers = [{name: torch.empty(shape, dtype=self.dtype, device=main.device)
-                              for name, shape in shapes.items()} for _ in range(2)]
+            # two sets, one buffer per linear and shape (Gemma 4's differ by layer kind)
+            shapes = {(name, w.shape) for ws in self._weights for name, w in ws.items()}
+            self._buffers = [{key: torch.empty(key[1], dtype=self.dtype, device=main.device)
+                              for key in shapes} for _ in range(2)]
         side = self._stream
 
         def fill(i: int) -> torch.cuda.Event:
@@ -67,7 +67,7 @@ class DenseWeights:
             side.wait_stream(main)
             with torch.cuda.stream(side):
                 for name, w in wanted[i].items():
-                    dequantize_triton(w, self.dtype, out=self._buffers[i % 2][name])
+                    dequantize_triton(w, self.dtype, out=self._buffers[i % 2][name, w.shape])
                 return side.record_event()
 
         ready = fill(0)
@@ -77,8 +77,8 @@ class DenseWeights:
             main.wait_event(ready)
             if i + 1 < len(wanted):
                 ready = fill(i + 1)
-            yield {name: self._buffers[i % 2][name] for name in wanted[i]}
+            yield {name: self._buffers[i % 2][name, w.shape] for name, w in wanted[i].items()}
 
 
 def _single_packed(linear) -> bool:
-    return len(linear.parts) == 1 and isinstance(linear.parts[0], QWeight)
+    return linear is not None and len(linear.parts) == 1 and isinstance(linear.parts[0], QWeight)

@@ -3,17 +3,19 @@
 Two packed forms, each dequantizing as `code * scale [+ offset]` in fp32, bit for bit what
 gguf's own dequantize gives:
 - q4: 4-bit codes, two per byte (column 2k in the low nibble of byte k, 2k+1 in the
-  high), with a per-group scale and offset (Q4_0, Q4_1: groups of 32; Q4_K: its 8
-  sub-blocks of 32, the two-level scales folded into fp32, where both products are exact).
-- q8: signed 8-bit codes with a per-group scale (Q5_0 and Q8_0: 32; Q6_K: 16, the
-  super-block scale folded into fp32). Q5_0's 5-bit codes and Q6_K's 6-bit ones, offset
-  to be signed, fit int8 exactly.
+  high), with a per-group scale and offset (Q4_1: groups of 32; Q4_K: its 8 sub-blocks
+  of 32, the two-level scales folded into fp32, where both products are exact), or
+  symmetric, (code - 8) * scale with no offset stored (Q4_0: its fp16 scale as it is).
+- q8: signed 8-bit codes with a per-group scale (Q5_0 and Q8_0: 32, their fp16 scales as
+  they are; Q6_K: 16, the super-block scale folded into fp32). Q5_0's 5-bit codes and
+  Q6_K's 6-bit ones, offset to be signed, fit int8 exactly.
+Scales are fp16 where the source's are (exact, and half the bytes read), else fp32.
 Dense tensors (F32, F16, BF16) stay dense. Numpy only: no torch here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
@@ -27,8 +29,8 @@ QK_K = 256
 class Packed:
     kind: str  # "q4" | "q8"
     codes: np.ndarray  # q4: uint8 [rows, cols // 2]; q8: int8 [rows, cols]
-    scale: np.ndarray  # float32 [rows, cols // group]
-    offset: np.ndarray | None  # float32 [rows, cols // group]; q4 only
+    scale: np.ndarray  # float32 or float16 [rows, cols // group]
+    offset: np.ndarray | None  # float32 [rows, cols // group]; q4 with an offset only
     group: int
     source: str  # the GGML type it came from
 
@@ -37,12 +39,20 @@ class Packed:
         want = {"q4": (np.uint8, cols // 2), "q8": (np.int8, cols)}.get(self.kind)
         if want is None or self.codes.dtype != want[0] or self.codes.shape[1] != want[1]:
             raise ValueError(f"bad {self.kind} codes {self.codes.dtype} {self.codes.shape}")
-        if self.scale.dtype != np.float32 or self.scale.shape != (rows, cols // self.group):
-            raise ValueError(f"scale {self.scale.shape} does not fit {rows}x{cols}/{self.group}")
-        if (self.offset is None) != (self.kind == "q8") or (
-            self.offset is not None and self.offset.shape != self.scale.shape
+        if self.scale.dtype not in (np.float32, np.float16) or \
+                self.scale.shape != (rows, cols // self.group):
+            raise ValueError(f"scale {self.scale.dtype} {self.scale.shape} does not fit "
+                             f"{rows}x{cols}/{self.group} in fp32 or fp16")
+        if (self.kind == "q8" and self.offset is not None) or (
+            self.offset is not None and (self.offset.shape != self.scale.shape
+                                         or self.offset.dtype != np.float32)
         ):
-            raise ValueError("q4 tensors carry an offset of the scale's shape, q8 ones none")
+            raise ValueError("an offset is fp32 of the scale's shape, for q4 tensors only")
+
+    @property
+    def symmetric(self) -> bool:
+        """A q4 tensor without an offset: (code - 8) * scale."""
+        return self.kind == "q4" and self.offset is None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -55,7 +65,7 @@ class Packed:
             q = np.stack([self.codes & 15, self.codes >> 4], -1).reshape(rows, -1, self.group)
         else:
             q = self.codes.reshape(rows, -1, self.group)
-        w = q.astype(np.float32) * self.scale[..., None]
+        w = (q.astype(np.float32) - 8 * self.symmetric) * self.scale.astype(np.float32)[..., None]
         if self.offset is not None:
             w = w + self.offset[..., None]
         return w.reshape(rows, cols)
@@ -64,8 +74,25 @@ class Packed:
 Weight = Packed | np.ndarray  # np.ndarray: a dense F32/F16/BF16 tensor, as stored
 
 
+def same_weight(a: Weight, b: Weight) -> bool:
+    """Whether two tensors are the same values in the same form (a head equal to the
+    embedding shares its codes)."""
+    if isinstance(a, Packed) != isinstance(b, Packed):
+        return False
+    if not isinstance(a, Packed):
+        return np.array_equal(a, b)
+    return (a.kind, a.group) == (b.kind, b.group) and all(
+        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
+        for x, y in ((a.codes, b.codes), (a.scale, b.scale), (a.offset, b.offset)))
+
+
 def _f16(b: np.ndarray) -> np.ndarray:
     return b.copy().view(np.float16).astype(np.float32)[..., 0]
+
+
+def _half(b: np.ndarray) -> np.ndarray:
+    """A block's fp16 scale field, kept fp16."""
+    return b.copy().view(np.float16)[..., 0]
 
 
 def _nibbles(b: np.ndarray) -> np.ndarray:
@@ -76,7 +103,8 @@ def _nibbles(b: np.ndarray) -> np.ndarray:
 def _q4(codes: np.ndarray, scale, offset, rows: int, group: int, src: str) -> Packed:
     c = codes.reshape(rows, -1)
     return Packed("q4", (c[:, 0::2] | (c[:, 1::2] << 4)).astype(np.uint8),
-                  scale.reshape(rows, -1), offset.reshape(rows, -1), group, src)
+                  scale.reshape(rows, -1), None if offset is None else offset.reshape(rows, -1),
+                  group, src)
 
 
 def _q8(codes: np.ndarray, scale, rows: int, group: int, src: str) -> Packed:
@@ -84,9 +112,8 @@ def _q8(codes: np.ndarray, scale, rows: int, group: int, src: str) -> Packed:
                   group, src)
 
 
-def _q4_0(b, rows):  # [n, 18]: d, 16 bytes (element j low, j + 16 high)
-    d = _f16(b[:, :2])
-    return _q4(_nibbles(b[:, 2:]), d, -8 * d, rows, 32, "Q4_0")  # 8d is exact
+def _q4_0(b, rows):  # [n, 18]: d, 16 bytes (element j low, j + 16 high): (q - 8) * d
+    return _q4(_nibbles(b[:, 2:]), _half(b[:, :2]), None, rows, 32, "Q4_0")
 
 
 def _q4_1(b, rows):  # [n, 20]: d, m, 16 bytes
@@ -105,11 +132,11 @@ def _q4_k(b, rows):  # [n, 144]: d, dmin, 12 bytes of 6-bit scales/mins, 4 x 32 
 def _q5_0(b, rows):  # [n, 22]: d, 32 high bits, 16 bytes of low nibbles
     hi = (b[:, 2:6].copy().view(np.uint32) >> np.arange(32, dtype=np.uint32)) & 1
     q = _nibbles(b[:, 6:]).reshape(-1, 32) | (hi.astype(np.uint8) << 4)
-    return _q8(q.astype(np.int16) - 16, _f16(b[:, :2]), rows, 32, "Q5_0")
+    return _q8(q.astype(np.int16) - 16, _half(b[:, :2]), rows, 32, "Q5_0")
 
 
 def _q8_0(b, rows):  # [n, 34]: d, 32 int8
-    return _q8(b[:, 2:].view(np.int8), _f16(b[:, :2]), rows, 32, "Q8_0")
+    return _q8(b[:, 2:].view(np.int8), _half(b[:, :2]), rows, 32, "Q8_0")
 
 
 def _q6_k(b, rows):  # [n, 210]: 128 bytes low nibbles, 64 bytes 2-bit highs, 16 int8, d
@@ -150,18 +177,23 @@ def pack(raw: np.ndarray, qtype: gguf.GGMLQuantizationType, rows: int, name: str
 class GGUFModel:
     path: Path
     arch: str
-    meta: dict[str, object]  # metadata key -> scalar or string (arrays left out)
+    # metadata key -> scalar, string, or a list (per-layer values; the tokenizer's arrays
+    # are left out)
+    meta: dict[str, object]
     tensors: dict[str, Weight]
+    # the stored type of each dense tensor ("F32", "F16", "BF16"): what a table gathered
+    # per token is kept in
+    dtypes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def read(cls, path: str | Path, dense: bool = False) -> GGUFModel:
         """Packed tensors; dense: every tensor dequantized to fp32 by gguf itself."""
         reader = gguf.GGUFReader(str(path))
         meta = {}
-        for key, field in reader.fields.items():
-            if len(field.types) == 1:  # a scalar or a string, not an array
-                meta[key] = field.contents()
-        tensors = {}
+        for key, f in reader.fields.items():
+            if len(f.types) == 1 or not key.startswith("tokenizer."):
+                meta[key] = f.contents()
+        tensors, dtypes = {}, {}
         for t in reader.tensors:
             rows = int(np.prod(t.shape[1:]))  # ggml shape is [cols, rows, ...]
             if dense:
@@ -169,4 +201,6 @@ class GGUFModel:
             else:
                 w = pack(t.data, t.tensor_type, rows, t.name)
             tensors[t.name] = w
-        return cls(Path(path), str(meta["general.architecture"]), meta, tensors)
+            if t.tensor_type in _DENSE:
+                dtypes[t.name] = t.tensor_type.name
+        return cls(Path(path), str(meta["general.architecture"]), meta, tensors, dtypes)

@@ -1,38 +1,49 @@
 """The engine's KV cache for one sequence: full-attention layers one slot per position,
-sliding-window layers a ring of `window` slots (position p in slot p % window)."""
+sliding-window layers a ring of `window` slots (position p in slot p % window). A layer
+that reads another's keys and values (Gemma 4's KV-shared layers) has no cache at all."""
 
 from __future__ import annotations
 
 import torch
 
+Layout = list[tuple[bool, int, int] | None]  # per layer (sliding, kv heads, head dim), or None
+
 
 class KVCache:
-    def __init__(self, sliding: list[bool], n_ctx: int, window: int, kv_heads: int,
-                 head_dim: int, dtype: torch.dtype, device: torch.device | str) -> None:
-        self.slots = [min(window, n_ctx) if s else n_ctx for s in sliding]
-        self.ring = list(sliding)
-        self.k = [torch.zeros(n, kv_heads, head_dim, dtype=dtype, device=device)
-                  for n in self.slots]
-        self.v = [torch.zeros_like(k) for k in self.k]
-        self.pos = [torch.full((n,), -1, dtype=torch.int32, device=device) for n in self.slots]
+    def __init__(self, layout: Layout, n_ctx: int, window: int, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        self.slots = [0 if spec is None else min(window, n_ctx) if spec[0] else n_ctx
+                      for spec in layout]
+        self.ring = [spec is not None and spec[0] for spec in layout]
+        self.k = [None if spec is None else
+                  torch.zeros(n, spec[1], spec[2], dtype=dtype, device=device)
+                  for n, spec in zip(self.slots, layout, strict=True)]
+        self.v = [None if k is None else torch.zeros_like(k) for k in self.k]
+        self.pos = [None if k is None else torch.full((n,), -1, dtype=torch.int32, device=device)
+                    for n, k in zip(self.slots, self.k, strict=True)]
         self.length = 0  # positions held so far (the same in every layer)
 
     def nbytes(self) -> int:
-        return sum(2 * k.numel() * k.element_size() for k in self.k)
+        return sum(2 * k.numel() * k.element_size() for k in self.k if k is not None)
 
     def clear(self) -> None:
         for p in self.pos:
-            p.fill_(-1)
+            if p is not None:
+                p.fill_(-1)
         self.length = 0
 
     def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """K, V [n, Hkv, D] and positions [n] of the filled slots."""
+        if self.k[layer] is None:
+            raise ValueError(f"layer {layer} has no cache of its own")
         n = min(self.length, self.slots[layer])
         return self.k[layer][:n], self.v[layer][:n], self.pos[layer][:n]
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the next len(k) positions (from self.length on); a ring keeps the last."""
         n, t = self.slots[layer], len(k)
+        if self.k[layer] is None:
+            raise ValueError(f"layer {layer} has no cache of its own")
         if not self.ring[layer] and self.length + t > n:
             raise ValueError(f"cache holds {n} positions; cannot write {self.length + t}")
         keep = min(t, n)

@@ -81,6 +81,8 @@ class LlamaEngine:
             self.close()
             raise
         self.kv_caches = _kv_caches(lines)  # what the context really allocated
+        log.info("kv caches", model=path.name, caches=[  # full attention, then sliding
+            {"MiB": round(b / 2**20, 2), "cells": c, "layers": n} for b, c, n in self.kv_caches])
         self._n_swa = ll.llama_model_n_swa(self._model)
         self.room = self._cache_room()  # cells the shared layout may fill
         self._mem = ll.llama_get_memory(self._ctx)

@@ -85,7 +85,7 @@ def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
     if tokenizer_from is not None:
         _copy_tokenizer(w, Path(tokenizer_from), vocab)
     elif synthetic_vocab:
-        _synthetic_tokenizer(w, vocab)
+        synthetic_tokenizer(w, vocab)
     else:
         w.add_bos_token_id(2)
 
@@ -119,7 +119,7 @@ def write_tiny_gemma3(path: Path, rng: np.random.Generator, *, layers: int = 6,
     return path
 
 
-def _synthetic_tokenizer(w: gguf.GGUFWriter, vocab: int) -> None:
+def synthetic_tokenizer(w: gguf.GGUFWriter, vocab: int) -> None:
     """A SentencePiece-style vocabulary laid out as Gemma's: <pad> <eos> <bos> <unk>, the
     256 byte tokens, then the word boundary and made-up words. Enough for llama.cpp to
     load the model; text tokenizes into word boundaries and bytes."""

@@ -1,11 +1,12 @@
-"""The reference engine: transformers' Gemma3ForCausalLM in fp32 on weights dequantized
-from the same GGUF by gguf's own dequantize. The correctness oracle for the other
-engines and the plain-transformers baseline: no KV cache, no shared prefix, one full
-forward per label path (prefix + suffix + the path's tokens).
+"""The reference engine: transformers' Gemma3ForCausalLM or Gemma4ForCausalLM in fp32 on
+weights dequantized from the same file by gguf's own dequantize (compressed-tensors' for
+a checkpoint). The correctness oracle for the other engines and the plain-transformers
+baseline: no KV cache, no shared prefix, one full forward per label path (prefix +
+suffix + the path's tokens).
 
-The config is built here from the GGUF metadata and the values GGUF lacks
-(Gemma3Config.from_gguf), since transformers' GGUF loader does not read layer types,
-query_pre_attn_scalar or the local RoPE base.
+The transformers config is built from the config this project reads
+(reference_models.py), since transformers' GGUF loader does not read Gemma 3's layer
+types, query_pre_attn_scalar or local RoPE base, nor Gemma 4 at all.
 """
 
 from __future__ import annotations
@@ -16,55 +17,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 from transformers.initialization import no_init_weights
 
-from decider.errors import EngineFailure
+from decider.errors import ConfigError, EngineFailure
 
+from . import reference_models
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows, label_trie,
                    resolve_n_ctx, trie_leaves)
-from .checkpoints import HF_NAMES, has_tokenizer, read_gemma3
+from .checkpoints import has_tokenizer, read_text_model
 from .faults import begin_pass
-from .gemma3 import SLIDING_PATTERN, Gemma3Config, activation_dtype
-from .gguf_weights import GGUFModel
+from .layers import activation_dtype
 from .vocab import Vocab
-
-# GGUF tensor name (after "blk.N.") -> transformers parameter (after "model.layers.N.")
-_NAMES = {gguf: hf for hf, gguf in HF_NAMES.items()}
-
-
-def hf_config(cfg: Gemma3Config) -> Gemma3TextConfig:
-    full_rope = {"rope_type": "default", "rope_theta": cfg.rope_global}
-    if cfg.rope_global_scale != 1.0:
-        full_rope = {**full_rope, "rope_type": "linear", "factor": cfg.rope_global_scale}
-    return Gemma3TextConfig(
-        vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.ffn,
-        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
-        num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim, rms_norm_eps=cfg.eps,
-        sliding_window=cfg.window, query_pre_attn_scalar=cfg.query_pre_attn_scalar,
-        max_position_embeddings=cfg.n_ctx_train, sliding_window_pattern=SLIDING_PATTERN,
-        rope_parameters={"full_attention": full_rope, "sliding_attention": {
-            "rope_type": "default", "rope_theta": cfg.rope_local}},
-        bos_token_id=cfg.bos_id, tie_word_embeddings=True, attn_implementation="eager",
-    )
-
-
-def state_dict(gg: GGUFModel) -> dict[str, torch.Tensor]:
-    """transformers' parameters from dense GGUF tensors; norms lose the +1 llama.cpp's
-    converter folded in (transformers' Gemma RMSNorm adds it back)."""
-    sd = {}
-    for name, array in gg.tensors.items():
-        w = torch.from_numpy(np.array(array, np.float32))
-        if name.endswith("norm.weight"):
-            w = w - 1
-        if name == "token_embd.weight":
-            sd["model.embed_tokens.weight"] = w
-        elif name == "output_norm.weight":
-            sd["model.norm.weight"] = w
-        else:
-            _, i, kind, _ = name.split(".")
-            sd[f"model.layers.{i}.{_NAMES[kind]}.weight"] = w
-    return sd
 
 
 class ReferenceEngine:
@@ -80,16 +43,20 @@ class ReferenceEngine:
         torch_dtype = activation_dtype(dtype)
         path = Path(model_path)
         # gguf's own dequantize (compressed-tensors' for a checkpoint), not our packing
-        gg, cfg = read_gemma3(path, self.name, dense=True)
+        gg, _, cfg = read_text_model(path, self.name, dense=True)
         n_ctx = resolve_n_ctx(n_ctx, cfg.n_ctx_train)
+        try:
+            model_cls, config, sd = getattr(reference_models, gg.arch)(cfg, gg)
+        except ValueError as e:
+            raise ConfigError(f"engine 'reference' cannot load {path}: {e}") from e
         with no_init_weights():  # every weight is loaded next: skip the random init
-            self.model = Gemma3ForCausalLM(hf_config(cfg)).eval()
-        missing, unexpected = self.model.load_state_dict(state_dict(gg), strict=False,
-                                                         assign=True)
+            self.model = model_cls(config).eval()
+        missing, unexpected = self.model.load_state_dict(sd, strict=False, assign=True)
         if unexpected or set(missing) - {"lm_head.weight"}:
-            raise EngineFailure(f"{path}: tensors do not match Gemma 3 "
+            raise EngineFailure(f"{path}: tensors do not match {model_cls.__name__} "
                                 f"(missing {missing}, unexpected {unexpected})")
-        self.model.tie_weights()
+        if config.tie_word_embeddings:
+            self.model.tie_weights()
         self.model.to(device=device, dtype=torch_dtype)
         self._device = torch.device(device)
         self._lock = threading.Lock()
@@ -126,7 +93,10 @@ class ReferenceEngine:
         rows = {}
         for leaf in trie_leaves(trie):
             ids = torch.tensor([[*prefix, *suffix, *leaf]], device=self._device)
-            logits = self.model(ids, logits_to_keep=len(leaf) + 1).logits[0].float().cpu()
+            # the last positions by index: transformers 5.24's Gemma 4 slices an integer
+            # count into its shared layers, and fails there without per-layer inputs
+            keep = torch.arange(ids.shape[1] - len(leaf) - 1, ids.shape[1], device=self._device)
+            logits = self.model(ids, logits_to_keep=keep).logits[0].float().cpu()
             for k in range(len(leaf) + 1):
                 rows.setdefault(leaf[:k], logits[k])
         return tuple(

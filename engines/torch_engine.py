@@ -1,4 +1,4 @@
-"""The Triton engine: a plain PyTorch Gemma 3 on packed GGUF weights.
+"""The Triton engine: a plain PyTorch Gemma 3 or Gemma 4 on packed GGUF weights.
 
 On CUDA the model runs Triton kernels (packed-weight matmuls, tree attention, fused
 norms and RoPE) and, for passes up to 8192 tokens, replays CUDA graphs captured at load,
@@ -27,12 +27,12 @@ from decider.kernels.columns import columns
 
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows,
                    resolve_n_ctx)
-from .checkpoints import has_tokenizer, read_gemma3
+from .checkpoints import has_tokenizer, read_text_model
 from .cuda_graphs import HEAD_LABELS, HEAD_ROWS, GraphRunner
 from .faults import begin_pass
-from .gemma3 import Gemma3, activation_dtype
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
+from .layers import activation_dtype
 from .passes import Pass, Plan, plan, tree_size
 from .vocab import Vocab
 
@@ -59,7 +59,8 @@ class TorchEngine:
         # against the reference); the head's logits and logsumexp are fp32 either way
         self.dtype = activation_dtype(
             dtype or ("float16" if self.device.type == "cuda" else "float32"))
-        gg, cfg = read_gemma3(path, self.name)  # a .gguf file or a checkpoint directory
+        # a .gguf file or a checkpoint directory, of an architecture model_class knows
+        gg, model_cls, cfg = read_text_model(path, self.name)
         n_ctx = resolve_n_ctx(n_ctx, cfg.n_ctx_train)
         self._n_batch = n_batch or N_BATCH.get(self.device.type, N_BATCH["cpu"])
         if self._n_batch < 1:
@@ -67,9 +68,9 @@ class TorchEngine:
         self._lock = threading.Lock()
         self._vocab = Vocab(path, has_tokenizer(gg))  # the llama engine's ids
         try:
-            self.model = Gemma3(gg, self.dtype, n_ctx).to(self.device).eval()
-            self.cache = KVCache([cfg.sliding(i) for i in range(cfg.layers)], n_ctx, cfg.window,
-                                 cfg.kv_heads, cfg.head_dim, self.dtype, self.device)
+            self.model = model_cls(gg, self.dtype, n_ctx).to(self.device).eval()
+            self.cache = KVCache(self.model.kv_layout(), n_ctx, cfg.window, self.dtype,
+                                 self.device)
             self._staging = _Staging(self.device)
             # one call's label-row logits, then its logsumexps: one buffer, one copy back
             self._out = torch.empty(0, device=self.device)

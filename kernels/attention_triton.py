@@ -204,8 +204,8 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
     hkv = k.shape[1]
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
-    if d > 256:
-        raise ValueError(f"head dim {d} > 256")
+    if d > 512:
+        raise ValueError(f"head dim {d} > 512")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16,
                                                               torch.float32):
         raise ValueError(f"q, k, v must share one of fp16, bf16, fp32; got {q.dtype}, "
@@ -274,7 +274,13 @@ def _blocks(rows: int, block_d: int, dtype: torch.dtype, full: bool
     last query blocks read every key) splits a long block's keys from 2048 to 16384 rows: one
     causal sequence of 1000 tokens 42.5 -> 24.4 us, of 2000 61.2 -> 38.7, of 4000 137.8 -> 98.3.
     fp32 tiles are twice the bytes: half the keys, eight warps and two stages keep them in
-    registers and shared memory."""
+    registers and shared memory. Head dim 512 (Gemma 4's full layers): K and V tiles of
+    32 keys (16 in fp32), no key splits, to stay within the shared memory.
+    (Not yet swept.)"""
+    if block_d > 256:
+        if dtype == torch.float32:
+            return 16, 16, 8, 1, 1, 1
+        return (16, 32, 4, 2, 1, 1) if rows <= 1024 else (32, 32, 8, 2, 1, 1)
     if dtype == torch.float32 and block_d > 128:
         return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2, 1, 1
     if rows <= 1024:  # up to 256 tokens: all of a 128-token pass's keys in one block

@@ -20,11 +20,9 @@ from __future__ import annotations
 import torch
 
 from . import dispatch
+from .pass_layout import END, FIELDS, HEADER, IDS, LO_FULL, LO_SLIDE, POS, START
 
-IDS, POS, LO_FULL, LO_SLIDE, END = range(5)  # the rows of columns()
-HEADER = 2  # T, C
-FIELDS = 6  # pos0, lo_full, end, before, follow, start
-START = 5
+__all__ = ["END", "FIELDS", "HEADER", "IDS", "LO_FULL", "LO_SLIDE", "POS", "columns"]
 
 
 def columns(packed: torch.Tensor, size: int, window: int) -> torch.Tensor:

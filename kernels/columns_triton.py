@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .columns import FIELDS, HEADER
+from .pass_layout import FIELDS, HEADER
 from .pdl import launch_options, let_next_launch, wait_for_inputs
 
 BLOCK = 256  # tokens a program

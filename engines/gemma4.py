@@ -1,0 +1,288 @@
+"""Gemma 4 text model (E2B, E4B, 31B) in plain PyTorch, on packed GGUF weights.
+
+The config is read from GGUF metadata as llama.cpp's converter writes it (a checkpoint
+directory is mapped to the same keys, engines/hf_config.py), never assumed: the layer
+pattern (`attention.sliding_window_pattern`), head dims and KV heads per layer kind,
+the MLP width per layer, KV sharing, per-layer inputs, the final softcap. Where Gemma 4
+differs from Gemma 3, each a silent wrong logit if missed:
+- norms multiply by the stored w (no 1 + w), and V gets a weightless RMSNorm;
+- attention is not scaled (1.0);
+- full layers rotate only the first pairs of frequencies of their whole head
+  ("proportional" RoPE, encoded in GGUF as rope_freqs: 1 rotates, 1e30 does not);
+- after each layer's MLP, per-layer inputs (PLE) enter through a gated projection and
+  its norm, then `layer_scalar` scales the whole residual stream;
+- the last `shared_kv_layers` layers compute no K/V: they read those of the last earlier
+  layer of their kind, and have no cache;
+- full layers of 31B have no V projection: V is the weightless norm of the raw K;
+- the logits are softcapped, 30 tanh(x / 30), before any logsumexp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from decider.kernels.attention import attend
+from decider.kernels.embed import embed_rms_norm, per_layer_inputs
+from decider.kernels.fused import add_rms_norm, gelu_times, qk_norm_rope_, rope_tables
+from decider.kernels.pass_layout import END, IDS, LO_FULL, LO_SLIDE, POS
+
+from .dense_weights import DenseWeights
+from .gguf_weights import GGUFModel
+from .kv_cache import KVCache
+from .layers import Linear, TextModel, fp32, stored
+
+LOCAL_ROPE_BASE = 10_000.0  # llama.cpp's default for rope.freq_base_swa
+NO_TURN = 1e20  # rope_freqs factors from here on keep a frequency pair still (1e30 written)
+
+
+@dataclass(frozen=True, slots=True)
+class Gemma4Config:
+    vocab: int
+    hidden: int
+    heads: int
+    kinds: tuple[bool, ...]  # per layer: sliding window (True) or full attention
+    kv_heads: tuple[int, ...]  # per layer
+    head_dims: tuple[int, int]  # (sliding, full)
+    ffn: tuple[int, ...]  # per layer (twice as wide on shared layers with double-wide MLP)
+    eps: float
+    window: int
+    rope_local: float
+    rope_global: float
+    rotated: int  # frequency pairs full layers rotate (the rest stay at angle 0)
+    shared_kv: int  # the last this many layers read their K/V from earlier layers
+    ple: int  # per-layer input width (0: none)
+    k_eq_v: tuple[bool, ...]  # per layer: V is the raw K (no V projection)
+    softcap: float | None
+    n_ctx_train: int
+    bos_id: int = 2
+
+    @property
+    def layers(self) -> int:
+        return len(self.kinds)
+
+    def sliding(self, layer: int) -> bool:
+        return self.kinds[layer]
+
+    def head_dim(self, layer: int) -> int:
+        return self.head_dims[0 if self.kinds[layer] else 1]
+
+    def has_kv(self, layer: int) -> bool:
+        return layer < self.layers - self.shared_kv
+
+    def donor(self, layer: int) -> int:
+        """The layer whose keys and values `layer` attends to: itself, or for a shared
+        layer the last non-shared layer of its kind."""
+        if self.has_kv(layer):
+            return layer
+        first = self.layers - self.shared_kv
+        return max(i for i in range(first) if self.kinds[i] == self.kinds[layer])
+
+    def __post_init__(self) -> None:
+        n = self.layers
+        if min(self.vocab, self.hidden, self.heads, n, self.window, *self.head_dims) < 1 \
+                or not (len(self.kv_heads) == len(self.ffn) == len(self.k_eq_v) == n) \
+                or any(self.heads % k for k in self.kv_heads) or not 0 <= self.shared_kv < n:
+            raise ValueError(f"inconsistent Gemma 4 config: {self}")
+        first = n - self.shared_kv
+        for i in range(first, n):
+            if not any(self.kinds[j] == self.kinds[i] for j in range(first)):
+                raise ValueError(f"shared layer {i} has no earlier layer of its kind to "
+                                 "read K/V from")
+
+    @classmethod
+    def from_gguf(cls, model: GGUFModel) -> Gemma4Config:
+        if model.arch != "gemma4":
+            raise ValueError(f"{model.path} is a {model.arch!r} model, not gemma4")
+        m = {k.removeprefix("gemma4."): v for k, v in model.meta.items()}
+        t = model.tensors
+        if int(m.get("expert_count", 0) or 0) or any(".ffn_gate_inp." in n for n in t):
+            raise ValueError(
+                "this is a mixture-of-experts Gemma 4 (26B-A4B): the triton engine has no "
+                "expert router and no grouped expert matmuls yet; serve it with engine "
+                "'llama'")
+        layers = int(m["block_count"])
+        kinds = m.get("attention.sliding_window_pattern")
+        if kinds is None or len(kinds) != layers:
+            raise ValueError(f"{model.path}: gemma4.attention.sliding_window_pattern must give "
+                             f"the kind of each of the {layers} layers, got {kinds!r}")
+        kinds = tuple(bool(k) for k in kinds)
+        head_dims = (int(m["attention.key_length_swa"]), int(m["attention.key_length"]))
+        for key, want in (("attention.value_length_swa", head_dims[0]),
+                          ("attention.value_length", head_dims[1]),
+                          ("rope.dimension_count_swa", head_dims[0]),
+                          ("rope.dimension_count", head_dims[1])):
+            if int(m.get(key, want)) != want:
+                raise ValueError(f"{model.path}: gemma4.{key} is {m[key]}, but this engine's "
+                                 f"Gemma 4 needs {want} (the head dim)")
+        shared = int(m.get("attention.shared_kv_layers", 0))
+        k_eq_v = tuple(i < layers - shared and f"blk.{i}.attn_v.weight" not in t
+                       for i in range(layers))
+        softcap = m.get("final_logit_softcapping")
+        return cls(
+            vocab=t["token_embd.weight"].shape[0], hidden=int(m["embedding_length"]),
+            heads=int(m["attention.head_count"]), kinds=kinds,
+            kv_heads=_per_layer(m["attention.head_count_kv"], layers, "head_count_kv"),
+            head_dims=head_dims,
+            ffn=_per_layer(m["feed_forward_length"], layers, "feed_forward_length"),
+            eps=float(m["attention.layer_norm_rms_epsilon"]),
+            window=int(m["attention.sliding_window"]),
+            rope_local=float(m.get("rope.freq_base_swa", LOCAL_ROPE_BASE)),
+            rope_global=float(m["rope.freq_base"]),
+            rotated=_rotated(t.get("rope_freqs.weight"), head_dims[1], model.path),
+            shared_kv=shared, ple=int(m.get("embedding_length_per_layer_input", 0)),
+            k_eq_v=k_eq_v, softcap=float(softcap) if softcap else None,
+            n_ctx_train=int(m["context_length"]),
+            bos_id=int(model.meta.get("tokenizer.ggml.bos_token_id", 2)),
+        )
+
+
+def _per_layer(value, layers: int, key: str) -> tuple[int, ...]:
+    """A GGUF key that is one value for all layers or an array of one per layer."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != layers:
+            raise ValueError(f"gemma4.{key} has {len(value)} values for {layers} layers")
+        return tuple(int(v) for v in value)
+    return (int(value),) * layers
+
+
+def _rotated(freqs, head_dim: int, path) -> int:
+    """The frequency pairs full layers rotate, from the rope_freqs factors: 1 for each
+    that turns, then 1e30 for each that does not (the converter's proportional RoPE)."""
+    if freqs is None:
+        return head_dim // 2
+    f = np.asarray(freqs, np.float64)
+    turns = int(np.sum(f < NO_TURN))
+    if f.shape != (head_dim // 2,) or not np.all(f[:turns] == 1.0) or np.any(f[turns:] < NO_TURN):
+        raise ValueError(f"{path}: rope_freqs.weight must be {head_dim // 2} factors, 1.0 for "
+                         "the pairs that turn then 1e30 (proportional RoPE)")
+    return turns
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Gemma4Config, i: int, t: dict, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.cfg, self.index, self.sliding = cfg, i, cfg.sliding(i)
+        self.head_dim, self.kv_heads, self.donor = cfg.head_dim(i), cfg.kv_heads[i], cfg.donor(i)
+        p = f"blk.{i}."
+        w = lambda n: t[p + n + ".weight"]  # noqa: E731
+        # a shared layer projects q only; K = V projects k twice: its copy is the raw V
+        kv = [] if not cfg.has_kv(i) else [w("attn_k"), w("attn_k")] if cfg.k_eq_v[i] \
+            else [w("attn_k"), w("attn_v")]
+        self.qkv = Linear([w("attn_q"), *kv], dtype)
+        self.o = Linear([w("attn_output")], dtype)
+        self.gate_up = Linear([w("ffn_gate"), w("ffn_up")], dtype, interleave=True)
+        self.down = Linear([w("ffn_down")], dtype)
+        norms = ["attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "attn_q_norm"]
+        norms += ["attn_k_norm"] if cfg.has_kv(i) else []
+        if cfg.ple:
+            self.ple_gate = Linear([w("inp_gate")], dtype)
+            self.ple_proj = Linear([w("proj")], dtype)
+            norms.append("post_norm")
+        for n in norms:
+            self.register_buffer(n, fp32(w(n)))
+        scalar = t.get(p + "layer_output_scale.weight")
+        self.register_buffer("layer_scalar", None if scalar is None else fp32(scalar).view(1))
+
+    def forward(self, x, h, norm_next, meta, rope, shared: dict, cache: KVCache | None,
+                dense: dict[str, torch.Tensor], ple: torch.Tensor | None):
+        """x: the residual stream [T, hidden], h: its attn_norm; returns the stream after
+        this layer and its norm by norm_next, and this layer's (k, v) when it has its
+        own (else None). shared: the (k, v) of earlier layers of this pass, by layer;
+        cache: the prefix before these tokens (the donor's, for a shared layer); ple:
+        this layer's per-layer inputs [T, P]."""
+        cfg = self.cfg
+        t, hq, hkv, d = len(x), cfg.heads, self.kv_heads, self.head_dim
+        pos = meta[POS]
+        heads = self.qkv(h, dense.get("qkv")).view(t, -1, d)
+        own = heads.shape[1] > hq
+        qk_norm_rope_(heads, hq, self.attn_q_norm, self.attn_k_norm if own else self.attn_q_norm,
+                      pos, *rope, cfg.eps, n_v=hkv if own else 0)
+        q = heads[:, :hq]
+        k, v = (heads[:, hq:hq + hkv], heads[:, hq + hkv:]) if own else shared[self.donor]
+        cached = cache.read(self.donor) if cache is not None else None
+        a = attend(q, k, v, meta[LO_SLIDE if self.sliding else LO_FULL], meta[END], 1.0,
+                   cache=cached, q_pos=pos, window=cfg.window if self.sliding else None)
+        x, h = add_rms_norm(x, self.o(a.view(t, hq * d), dense.get("o")),
+                            self.post_attention_norm, self.ffn_norm, cfg.eps)
+        y = self.down(self.gate_up.gelu(h, dense.get("gate_up")), dense.get("down"))
+        if ple is not None:  # the gate reads the stream itself, not a norm of it
+            x, stream = add_rms_norm(x, y, self.post_ffw_norm, None, cfg.eps)
+            g = gelu_times(self.ple_gate(stream, dense.get("ple_gate")), ple)
+            y = self.ple_proj(g, dense.get("ple_proj"))
+            x, h = add_rms_norm(x, y, self.post_norm, norm_next, cfg.eps, self.layer_scalar)
+        else:
+            x, h = add_rms_norm(x, y, self.post_ffw_norm, norm_next, cfg.eps, self.layer_scalar)
+        return x, h, (k, v) if own else None
+
+
+class Gemma4(TextModel):
+    config_class = Gemma4Config
+
+    def __init__(self, model: GGUFModel, dtype: torch.dtype = torch.float32,
+                 n_ctx: int | None = None) -> None:
+        self.cfg = cfg = Gemma4Config.from_gguf(model)
+        super().__init__(dtype, cfg.hidden)
+        t = model.tensors
+        self._set_head(t["token_embd.weight"], t.get("output.weight"), cfg.softcap)
+        self.blocks = nn.ModuleList(Block(cfg, i, t, dtype) for i in range(cfg.layers))
+        self.dense = DenseWeights(self.blocks, dtype)  # made again by to(), on the device
+        self.register_buffer("norm", fp32(t["output_norm.weight"]))
+        if cfg.ple:
+            # the per-layer table stays in its stored form, gathered per token
+            self.ple_table = stored(t["per_layer_token_embd.weight"], model.dtypes.get(
+                "per_layer_token_embd.weight"))
+            self.ple_model_proj = Linear([t["per_layer_model_proj.weight"]], dtype)
+            self.register_buffer("ple_proj_norm", fp32(t["per_layer_proj_norm.weight"]))
+        n = n_ctx or cfg.n_ctx_train
+        local = rope_tables(n, cfg.head_dims[0], cfg.rope_local)
+        full = rope_tables(n, cfg.head_dims[1], cfg.rope_global, rotated=cfg.rotated)
+        for name, (cos, sin) in (("local", local), ("global", full)):
+            self.register_buffer(f"cos_{name}", cos)
+            self.register_buffer(f"sin_{name}", sin)
+
+    def _moved(self, device) -> None:
+        if self.cfg.ple:
+            self.ple_table = self.ple_table.to(device)
+        self.dense = DenseWeights(self.blocks, self.dtype)
+
+    def _tables(self):
+        return [self.ple_table] if self.cfg.ple else []
+
+    def kv_layout(self) -> list[tuple[bool, int, int] | None]:
+        """Per layer its cache: (sliding, kv heads, head dim); None for a shared layer."""
+        c = self.cfg
+        return [(c.sliding(i), c.kv_heads[i], c.head_dim(i)) if c.has_kv(i) else None
+                for i in range(c.layers)]
+
+    def forward(self, meta: torch.Tensor, cache: KVCache | None = None,
+                write: bool = False) -> torch.Tensor:
+        """meta int32 [5, T] (kernels/columns.py: ids, pos, lo_full, lo_slide, end) ->
+        final-normed hidden states [T, hidden]. cache: the prefix before these tokens,
+        which write=True extends with them once every layer has read it. No host sync: a
+        CUDA graph can hold it (cache None)."""
+        cfg = self.cfg
+        ids = meta[IDS]
+        x, h = embed_rms_norm(self.embedding, ids, self.embed_scale, self.blocks[0].attn_norm,
+                              cfg.eps)
+        ple = None
+        if cfg.ple:
+            proj = self.ple_model_proj(x.to(self.dtype))
+            ple = per_layer_inputs(proj, self.ple_table, ids, self.ple_proj_norm, cfg.eps,
+                                   cfg.hidden).view(len(ids), cfg.layers, cfg.ple)
+        rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
+        shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        dense = self.dense.layers(len(ids), ids.device)
+        for i, (block, weights) in enumerate(zip(self.blocks, dense)):
+            norm_next = self.blocks[i + 1].attn_norm if i + 1 < len(self.blocks) else self.norm
+            x, h, kv = block(x, h, norm_next, meta, rope[block.sliding], shared, cache, weights,
+                             None if ple is None else ple[:, i])
+            if kv is not None:
+                shared[i] = kv
+        if write:  # after the shared layers read the donors' caches as they were
+            for i, (k, v) in shared.items():
+                cache.write(i, k, v)
+        return h
