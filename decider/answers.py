@@ -95,3 +95,13 @@ class Decision:
             "answers": [a.to_dict() for a in self.answers],
             "usage": asdict(self.usage),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A decision as a service answers it: with its timings and the model's provenance."""
+
+    decision: Decision
+    queue_ms: float
+    compute_ms: float
+    model_sha256: str  # of the model that computed it

@@ -9,6 +9,7 @@ The CLI and the gRPC service run this same flow.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 
@@ -19,10 +20,10 @@ from decider.engines import Engine, load_engine
 from .answers import Decision, Usage
 from .catalog import Catalog, ModelEntry
 from .engine_choice import choose_engine
-from .errors import ActivationOverflow, DeciderError, PromptTooLong, WorkTooLarge
-from .guard import LogitsGuard
+from .errors import DeciderError
+from .guard import LogitsGuard, guarded_score
 from .logs import default_to_stderr
-from .plan import Plan, build_plan
+from .plan import Plan, Planner, check_work
 from .prompts import FORMATS
 from .questions import Limits, Question, Request
 
@@ -45,8 +46,8 @@ class Decider:
         self.entry = model if isinstance(model, ModelEntry) else catalog.get(
             model or catalog.default)
         path = catalog.locate(self.entry)
+        self.catalog = catalog
         self.limits = limits
-        self.format = FORMATS[self.entry.prompt_format]
         self.engine: Engine = load_engine(
             choose_engine(self.entry, path, engine),
             path,
@@ -54,11 +55,18 @@ class Decider:
             model_name=self.entry.name,
             **engine_options,
         )
-        self.guard = LogitsGuard(self.engine.info.sentinel)
-        self._guard_lock = threading.Lock()
         info = self.engine.info
+        self.planner = Planner(self.engine.tokenize, FORMATS[self.entry.prompt_format],
+                               info.bos_id, info.n_ctx, limits)
+        self.guard = LogitsGuard(info.sentinel)
+        self._call_lock = threading.Lock()  # one guarded call at a time: the guard's order
         log.info("model loaded", model=info.model_name, engine=self.engine.name,
                  n_ctx=info.n_ctx, weights=info.weights, memory=info.memory)
+
+    @functools.cached_property
+    def model_sha256(self) -> str:
+        """What answers carry as the model's provenance (hashed once per file)."""
+        return self.catalog.digest(self.entry)
 
     @property
     def n_ctx(self) -> int:
@@ -93,41 +101,21 @@ class Decider:
                 plans.append(e)
         ready = [p for p in plans if isinstance(p, Plan)]
         if ready:
-            try:
-                answered = iter(self._answer(ready))
-            except ActivationOverflow:
-                if len(ready) == 1:
-                    raise
-                answered = map(self._alone, ready)
-        return [p if isinstance(p, DeciderError) else next(answered) for p in plans]
-
-    def _answer(self, plans: list[Plan]) -> list[Decision]:
-        """One engine call for the plans, its rows checked by the guard."""
-        jobs = [p.job for p in plans]
-        results = self.engine.score(jobs)
-        with self._guard_lock:
-            self.guard.check(jobs, results)
-        return [self._decision(p, r) for p, r in zip(plans, results, strict=True)]
-
-    def _alone(self, plan: Plan) -> Decision | ActivationOverflow:
-        try:
-            return self._answer([plan])[0]
-        except ActivationOverflow as e:
-            return e
+            with self._call_lock:
+                scored = iter(guarded_score(self.engine, self.guard, [p.job for p in ready]))
+        return [p if isinstance(p, DeciderError) else self.read(p, next(scored))
+                for p in plans]
 
     def plan(self, request: Request) -> Plan:
         """Validate, tokenize, window-check and cost one request (no engine pass)."""
-        request.validate(self.limits)
-        info = self.engine.info
-        plan = build_plan(request, self.format, self.engine.tokenize, info.bos_id)
-        if plan.window_tokens > info.n_ctx:
-            raise PromptTooLong(plan.window_tokens, info.n_ctx)
-        work = self.engine.placed_tokens(plan.job)
-        if work > self.limits.max_work_tokens:
-            raise WorkTooLarge(work, self.limits.max_work_tokens)
+        plan = self.planner.plan(request)
+        check_work(self.engine, plan.job, self.limits)
         return plan
 
-    def _decision(self, plan: Plan, results) -> Decision:
+    def read(self, plan: Plan, results) -> Decision | DeciderError:
+        """The decision from a plan's guarded results (or the error they are)."""
+        if isinstance(results, DeciderError):
+            return results
         usage = Usage(prompt_tokens=plan.prompt_tokens, window_tokens=plan.window_tokens)
         return Decision(plan.read(results), self.entry.name, self.engine.name, usage)
 

@@ -19,8 +19,8 @@ from importlib import import_module, resources
 from pathlib import Path
 
 from .errors import ConfigError, ModelCorrupt, ModelNotFound
-from .verify import Verifier, file_sha256
 from .prompts import FORMATS
+from .verify import Verifier, file_sha256
 
 SOURCES = ("pypi", "huggingface", "file")
 PROMPT_FORMATS = tuple(FORMATS)
@@ -176,6 +176,20 @@ class Catalog:
                   if entry.source == "file" else f"repair it with: decider pull {entry.name}")
         return self.verifier.check(path, name=entry.name, size=entry.size, sha256=entry.sha256,
                                    repair=repair, ours=entry.source != "file")
+
+    def digest(self, entry: ModelEntry) -> str:
+        """The sha256 that names the model in answers: its file's, or for a checkpoint
+        directory the sha256 of its files' names and sha256s (each hashed once, then
+        remembered like a model file)."""
+        path = self.local_path(entry)
+        if path.is_file():
+            return self.verify(entry)
+        lines = "".join(f"{f.name} {self._file_digest(f, entry.name)}\n"
+                        for f in sorted(path.iterdir()) if f.is_file())
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+    def _file_digest(self, path: Path, name: str) -> str:
+        return self.verifier.check(path, name=name, size=0, sha256="", repair="", ours=False)
 
     def state(self, entry: ModelEntry) -> str:
         """present, missing or corrupt (what `decider models` shows)."""

@@ -336,10 +336,12 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
+    import shutil
+    import tempfile
 
     from .config import FLAGS, check_socket_dirs, load_config, with_flags
+    from .listeners import check_listeners
     from .logs import configure
-    from .server import check_listeners, serve
 
     flag_config(args)  # a bad flag is refused before the file is even read
     flags = {dest: getattr(args, dest) for dest in FLAGS}
@@ -356,7 +358,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from .http.serve import check_http
 
         check_http(cfg)
-    return asyncio.run(serve(cfg, read))
+    # the daemon's processes sum their metrics through files here (decider/metrics.py);
+    # prometheus_client reads this when it is first imported, which must come after
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir = tempfile.mkdtemp(
+        prefix="decider-metrics-")
+    try:
+        from .daemon import serve
+
+        return asyncio.run(serve(cfg, read))
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def _cmd_health(args: argparse.Namespace) -> int:

@@ -26,6 +26,18 @@ class DeciderError(Exception):
         self.message = message
         self.metadata = {k: str(v) for k, v in metadata.items()}
 
+    def __reduce__(self):
+        """Errors cross from the engine process to the front ends as they are: rebuilt
+        from their state, since subclasses take other arguments than the message."""
+        return _rebuild, (type(self), self.message, self.__dict__)
+
+
+def _rebuild(cls: type[DeciderError], message: str, state: dict) -> DeciderError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
 
 class InvalidRequest(DeciderError):
     """A request field is missing, malformed or over a limit."""
@@ -141,6 +153,29 @@ class Unavailable(DeciderError):
 
     kind = "unavailable"
     reason = "UNAVAILABLE"
+
+
+class EngineDied(Unavailable):
+    """The engine process ended while holding the request; a new one is on its way."""
+
+    reason = "ENGINE_DIED"
+
+    def __init__(self, exit_code: int | None) -> None:
+        how = (f"was killed by signal {-exit_code}" if exit_code is not None and exit_code < 0
+               else f"exited with code {exit_code}")
+        super().__init__(f"the engine process {how} while this request waited; a new one "
+                         "is starting: retry shortly", exit_code=exit_code)
+
+
+class ServerStopping(Unavailable):
+    """The daemon is stopping and this request could not finish within the grace."""
+
+    reason = "SERVER_STOPPING"
+
+    def __init__(self, grace_seconds: float) -> None:
+        super().__init__(f"the server is stopping and this request could not finish within "
+                         f"the {grace_seconds:g} s grace; retry against another replica or "
+                         "after the restart", grace_seconds=grace_seconds)
 
 
 class DeadlineExceeded(DeciderError):

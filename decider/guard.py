@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from decider.engines.base import BranchResult, ScoreJob
+from decider.engines.base import BranchResult, Engine, ScoreJob
 
-from .errors import EngineNoLogits
+from .errors import ActivationOverflow, EngineNoLogits
 
 
 class LogitsGuard:
@@ -53,3 +53,18 @@ class LogitsGuard:
             raise EngineNoLogits("the row holds a non-finite value")
         if not np.any(logits):
             raise EngineNoLogits("the row is all zeros across the label tokens")
+
+
+def guarded_score(engine: Engine, guard: LogitsGuard, jobs: Sequence[ScoreJob]
+                  ) -> list[list[BranchResult] | ActivationOverflow]:
+    """One engine call for the jobs, its rows checked by the guard. A job whose
+    activations overflow gets that error as its result: when a call of several overflows,
+    its jobs are scored again one by one, so only the job at fault is refused."""
+    try:
+        results = engine.score(jobs)
+        guard.check(jobs, results)
+        return results
+    except ActivationOverflow as e:
+        if len(jobs) == 1:
+            return [e]
+    return [guarded_score(engine, guard, [job])[0] for job in jobs]

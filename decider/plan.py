@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from decider.engines.base import Branch, BranchResult, ScoreJob
+from decider.engines.base import Branch, BranchResult, Engine, ScoreJob
 
 from .answers import (
     Answer,
@@ -18,9 +18,9 @@ from .answers import (
     ScaleAnswer,
     YesNoAnswer,
 )
-from .errors import FieldViolation, InvalidRequest
+from .errors import FieldViolation, InvalidRequest, PromptTooLong, WorkTooLarge
 from .prompts import YES, Piece, PromptFormat, canonical, plan_branches
-from .questions import Choice, MultiLabel, Question, Request, Scale, YesNo, options_of
+from .questions import Choice, Limits, MultiLabel, Question, Request, Scale, YesNo, options_of
 from .scoring import Candidates, answer_log_probs, build_candidates, label_mass
 
 Tokenize = Callable[..., list[int]]  # (text, special=False): the engine's tokenize
@@ -54,6 +54,33 @@ class Plan:
             scored = [(_probabilities(k, r), label_mass(r)) for k, r in zip(keys, it)]
             answers.append(_answer(q, keys, scored))
         return tuple(answers)
+
+
+@dataclass(frozen=True, slots=True)
+class Planner:
+    """Requests into engine work for one loaded model: validated, tokenized by the model's
+    tokenizer, checked against its window. Every front end plans with one."""
+
+    tokenize: Tokenize
+    format: PromptFormat
+    bos_id: int
+    n_ctx: int
+    limits: Limits = Limits()
+
+    def plan(self, request: Request) -> Plan:
+        request.validate(self.limits)
+        plan = build_plan(request, self.format, self.tokenize, self.bos_id)
+        if plan.window_tokens > self.n_ctx:
+            raise PromptTooLong(plan.window_tokens, self.n_ctx)
+        return plan
+
+
+def check_work(engine: Engine, job: ScoreJob, limits: Limits) -> None:
+    """The work bound, before any compute: the tokens the engine's layout places for the
+    job (it plans a loaded model's layout; the window check above does not need one)."""
+    work = engine.placed_tokens(job)
+    if work > limits.max_work_tokens:
+        raise WorkTooLarge(work, limits.max_work_tokens)
 
 
 def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int) -> Plan:

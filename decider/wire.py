@@ -17,7 +17,9 @@ from .answers import (
     Usage,
     YesNoAnswer,
 )
+from . import __version__
 from .errors import DeciderError, FieldViolation, InvalidRequest
+from .prompts import TEMPLATE_VERSION
 from .questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo
 from .v1 import decider_pb2 as pb
 
@@ -129,6 +131,18 @@ def answer_from_proto(a: pb.Answer) -> Answer:
                        {p.label: p.p for p in m.probabilities}, a.label_mass)
 
 
+def response_to_proto(outcome) -> pb.DecideResponse:
+    """A DecideResponse from a front end's Outcome: answers, usage, timings, provenance."""
+    d = outcome.decision
+    return pb.DecideResponse(
+        answers=[answer_to_proto(a) for a in d.answers],
+        usage=pb.Usage(prompt_tokens=d.usage.prompt_tokens, window_tokens=d.usage.window_tokens),
+        timings=pb.Timings(queue_ms=outcome.queue_ms, compute_ms=outcome.compute_ms),
+        provenance=pb.Provenance(decider_version=__version__, engine=d.engine, model=d.model,
+                                 model_sha256=outcome.model_sha256,
+                                 template_version=TEMPLATE_VERSION))
+
+
 def decision_from_proto(r: pb.DecideResponse) -> Decision:
     return Decision(
         tuple(answer_from_proto(a) for a in r.answers),
@@ -156,6 +170,11 @@ def error_status(error: DeciderError) -> status_pb2.Status:
         a.Pack(d)
         packed.append(a)
     return status_pb2.Status(code=code.value[0], message=error.message, details=packed)
+
+
+def internal_status() -> status_pb2.Status:
+    """What a client gets for a failure decider did not foresee: no details of it."""
+    return error_status(DeciderError("internal error; the server logged it"))
 
 
 def item_error(error: DeciderError) -> pb.ItemError:

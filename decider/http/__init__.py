@@ -5,7 +5,7 @@ for the typed-decision clients people already use. docs/systemone.md has the map
     render    state and criteria as prompt text  errors    refusals -> status and body
     auth      bearer API keys                    body      bounded, decoded request bodies
     front     request ids, logs, metrics         app       the FastAPI application
-    backend   the seam to the daemon             serve     uvicorn in the daemon's loop
+    serve     uvicorn in the daemon's loop, over the daemon's front end (decider.frontend)
     load      the HTTP load generator behind `decider bench --server http://...`
 
 Only `app`, `serve`, `body`, `front` and `errors` import FastAPI, Starlette or uvicorn:

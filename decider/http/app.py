@@ -17,7 +17,7 @@ from .. import __version__
 from ..errors import DeciderError, InvalidRequest, ModelNotFound, Unavailable
 from ..metrics import Metrics
 from .auth import Keys
-from .backend import Backend
+from ..frontend import Frontend
 from .body import read_body
 from .errors import Refused, error_response, field_errors_response, json_response, refusal
 from .front import Front
@@ -55,14 +55,14 @@ async def _disconnected(receive) -> None:
         pass
 
 
-async def _answer(backend: Backend, request, deadline: float, receive):
-    """The backend's outcome; the wait is cancelled (and the scheduler drops the request)
+async def _answer(frontend: Frontend, request, deadline: float, receive):
+    """The frontend's outcome; the wait is cancelled (and the scheduler drops the request)
     if the client goes away first."""
     me = asyncio.current_task()
     gone = asyncio.ensure_future(_disconnected(receive))
     gone.add_done_callback(lambda g: g.cancelled() or me.cancel())
     try:
-        return await backend.submit(request, deadline)
+        return await frontend.submit(request, deadline)
     except asyncio.CancelledError:
         if gone.done() and not gone.cancelled() and me.uncancel() == 0:
             raise Refused(499, "CLIENT_GONE", "the client closed the connection") from None
@@ -124,7 +124,7 @@ class _Direct(APIRoute):
         return self.endpoint
 
 
-def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = None) -> Front:
+def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = None) -> Front:
     """The ASGI application: FastAPI's, inside Front (which sees every response, FastAPI's
     own 500 included, to give it a request id, a log line and its metrics)."""
     app = FastAPI(title="decider: the System One API", version=__version__, docs_url=None,
@@ -133,7 +133,7 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
     metrics = metrics or Metrics()
 
     def served():
-        model = backend.served()
+        model = frontend.served()
         if model is None:
             raise Unavailable("no model is loaded yet")
         return model
@@ -154,17 +154,17 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
         if body.model != model.name and body.model not in settings.aliases:
             raise ModelNotFound(f"model {body.model!r} is not served here; GET /v1/models "
                                 "lists what is", model=body.model)
-        asked = to_decider(body, model.limits)
+        asked = to_decider(body, frontend.limits)
         request.state.questions = len(asked.request.questions)
         if settings.log_text:
             request.state.text = asked.request.text
         try:
-            outcome = await _answer(backend, asked.request, deadline, request.receive)
+            outcome = await _answer(frontend, asked.request, deadline, request.receive)
         except InvalidRequest as e:
             raise asked.bad_body(e) from None
         request.state.outcome = "OK"
         request.state.prompt_tokens = outcome.decision.usage.prompt_tokens
-        out = asked.response(outcome, model.sha256, model.template_version)
+        out = asked.response(outcome, model.template_version)
         return Response(out.model_dump_json(), media_type="application/json")
 
     @app.get("/v1/models", response_model=ModelList, openapi_extra=SECURED,
@@ -174,7 +174,7 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
         _authorize(settings.keys, request)
         m = served()
         card = ModelCard(name=m.name, description=m.description, release_date=m.release_date,
-                         n_ctx=m.n_ctx, engine=m.engine, sha256=m.sha256)
+                         n_ctx=m.info.n_ctx, engine=m.engine, sha256=m.sha256)
         listed = ModelList(models=[card, *(card.model_copy(update={
             "name": a, "description": f"{m.name} under another name: {m.description}"})
             for a in settings.aliases)])
@@ -188,7 +188,7 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
     @app.get("/readyz", responses={503: {"description": "Not ready (Retry-After)"}})
     async def readyz(request: Request) -> Response:
         """Ready only while the model is loaded and warm (gRPC health SERVING)."""
-        if backend.ready():
+        if frontend.ready():
             return json_response(200, {"status": "ready"})
         return json_response(503, {"status": "not ready"}, {"Retry-After": "5"})
 
@@ -197,7 +197,7 @@ def build_app(backend: Backend, settings: Settings, metrics: Metrics | None = No
     async def prometheus(request: Request) -> Response:
         """Prometheus text: the daemon's metrics and the HTTP front end's."""
         _authorize(settings.keys, request)
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(metrics.exposed()), media_type=CONTENT_TYPE_LATEST)
 
     app.add_exception_handler(BadBody, _noted(lambda e: field_errors_response(e.errors)))
     app.add_exception_handler(DeciderError, _noted(error_response))

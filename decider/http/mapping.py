@@ -16,7 +16,6 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -24,7 +23,7 @@ from .. import __version__
 from ..answers import Answer
 from ..errors import FieldViolation, InvalidRequest, ModelNotFound
 from ..questions import Choice, Label, Limits, MultiLabel, Question, Request, Scale, YesNo
-from ..scheduler import Outcome
+from ..answers import Outcome
 from .render import JSON_ERROR, is_empty, non_finite, render, render_line
 from .schema import (
     ChoiceAnswer,
@@ -154,13 +153,14 @@ class Asked:
     request: Request
     slots: tuple[_Slot, ...]
 
-    def response(self, outcome: Outcome, sha256: str, template_version: str) -> SystemOneResponse:
+    def response(self, outcome: Outcome, template_version: str) -> SystemOneResponse:
         d = outcome.decision
         return SystemOneResponse(
             model=d.model,
             answers={s.key: s.read(a) for s, a in zip(self.slots, d.answers, strict=True)},
             usage=Usage(input_tokens=d.usage.prompt_tokens, output_tokens=0),
-            decider=Provenance(version=__version__, engine=d.engine, model_sha256=sha256,
+            decider=Provenance(version=__version__, engine=d.engine,
+                               model_sha256=outcome.model_sha256,
                                template_version=template_version,
                                window_tokens=d.usage.window_tokens,
                                queue_ms=outcome.queue_ms, compute_ms=outcome.compute_ms))
@@ -214,7 +214,6 @@ def to_decider(body: SystemOneRequest, limits: Limits) -> Asked:
 def answer_here(decider, raw: bytes | str | Mapping) -> SystemOneResponse:
     """A System One request answered by an in-process Decider (the Python API and the CLI):
     the same validation, prompts and answers as over HTTP, with no queue."""
-    from ..catalog import file_sha256
     from ..prompts import TEMPLATE_VERSION
 
     body = parse_body(raw)
@@ -227,6 +226,5 @@ def answer_here(decider, raw: bytes | str | Mapping) -> SystemOneResponse:
         decision = decider.decide_request(asked.request)
     except InvalidRequest as e:
         raise asked.bad_body(e) from None
-    outcome = Outcome(decision, 0.0, 1000 * (time.perf_counter() - t0))
-    sha256 = decider.entry.sha256 or file_sha256(Path(decider.engine.info.model_path))
-    return asked.response(outcome, sha256, TEMPLATE_VERSION)
+    outcome = Outcome(decision, 0.0, 1000 * (time.perf_counter() - t0), decider.model_sha256)
+    return asked.response(outcome, TEMPLATE_VERSION)

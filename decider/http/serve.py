@@ -1,7 +1,7 @@
 """Serving the System One API with uvicorn in the daemon's own event loop.
 
     plan = check_http(cfg)                  # before loading the model: refuse a bad setup
-    handle = await serve_http(cfg, backend, metrics)
+    handle = await serve_http(cfg, frontend, metrics)
     ...
     await handle.stop()                     # in-flight requests finish within the grace
 
@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..metrics import Metrics
 from .app import Settings, build_app
 from .auth import Keys
-from .backend import Backend
+from ..frontend import Frontend
 
 log = structlog.get_logger("decider.http")
 
@@ -177,11 +177,11 @@ class HttpServer:
         await self.task
 
 
-async def serve_http(cfg: Config, backend: Backend, metrics: Metrics | None = None
+async def serve_http(cfg: Config, frontend: Frontend, metrics: Metrics | None = None
                      ) -> HttpServer:
     plan = check_http(cfg)
     h = cfg.http
-    app = build_app(backend, Settings(plan.keys, h.model_aliases, h.max_body_bytes,
+    app = build_app(frontend, Settings(plan.keys, h.model_aliases, h.max_body_bytes,
                                       h.request_timeout_seconds, cfg.server.log_text), metrics)
     protocol = type("HeadersInTime", (_HeadersInTime,),
                     {"header_timeout": h.request_timeout_seconds})

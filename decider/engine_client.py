@@ -1,0 +1,94 @@
+"""A front end's side of the engine process: jobs out, guarded raw results back, over one
+ZeroMQ DEALER socket. The requests submitted in one turn of the event loop travel as one
+message. Every pending request is resolved: by its result, by its cancellation (the
+engine is told, so a request no one waits for never reaches the model), or by the error
+that took the engine down."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import pickle
+
+import structlog
+import zmq
+import zmq.asyncio
+
+from .engine_loop import dumps
+from .engines import ScoreJob
+from .errors import DeciderError
+
+log = structlog.get_logger("decider.engine_client")
+
+
+class EngineClient:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(address)
+        self._pending: dict[int, asyncio.Future] = {}
+        self._outbox: list[tuple] = []
+        self._ids = itertools.count()
+        self.down: DeciderError | None = None  # set once the engine is gone
+        self.answered = 0  # outcomes received: the engine has served
+        self.idle = asyncio.Event()  # set while nothing is pending
+        self.idle.set()
+        self._receiver = asyncio.get_running_loop().create_task(self._receive())
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._pending)
+
+    async def score(self, job: ScoreJob, deadline: float | None):
+        """(results, queue_ms, compute_ms) for one job; raises the engine's error for it."""
+        if self.down is not None:
+            raise self.down
+        rid = next(self._ids)
+        future = self._pending[rid] = asyncio.get_running_loop().create_future()
+        self.idle.clear()
+        self._send(("score", rid, deadline, job))
+        try:
+            return await future
+        except asyncio.CancelledError:  # the caller went away: free its place
+            if self._pending.pop(rid, None) is not None:
+                self._send(("cancel", rid))
+            raise
+        finally:
+            if not self._pending:
+                self.idle.set()
+
+    def fail_all(self, error: DeciderError) -> None:
+        """The engine is gone: every pending request, and every later one, gets `error`."""
+        self.down = error
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self.idle.set()
+
+    async def close(self) -> None:
+        self._receiver.cancel()
+        self._sock.close(linger=0)
+
+    def _send(self, op: tuple) -> None:
+        self._outbox.append(op)
+        if len(self._outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        ops, self._outbox = self._outbox, []
+        self._sock.send(dumps(ops))  # a DEALER queues it: this never waits
+
+    async def _receive(self) -> None:
+        while True:
+            message = await self._sock.recv()
+            for outcome in pickle.loads(message):
+                self.answered += 1
+                future = self._pending.pop(outcome[0], None)
+                if future is None or future.done():
+                    continue
+                if len(outcome) == 2:
+                    future.set_exception(outcome[1])
+                else:
+                    future.set_result(outcome[1:])

@@ -1,0 +1,150 @@
+"""The engine loop: the engine process's one thread of work.
+
+A request over the work bound is refused as it arrives. The moment the engine is free it
+takes everything waiting (up to `max_batch` requests, in arrival order) into one engine
+call. A request whose deadline passed while it waited, or whose front end cancelled it,
+never reaches the engine; one past `max_queue` waiting is refused at once. Results go back raw but guarded, one message per front end per call.
+
+Messages are pickled lists of operations (front end -> engine):
+    ("score", rid, deadline, job)   deadline: time.monotonic() seconds, system-wide
+    ("cancel", rid)
+and of outcomes (engine -> front end): (rid, results, queue_ms, compute_ms) or (rid, error).
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass
+
+import structlog
+import zmq
+
+from .engines import Engine, ScoreJob
+from .errors import DeadlineExceeded, DeciderError, EngineFailure, QueueFull
+from .guard import LogitsGuard, guarded_score
+from .metrics import Metrics
+from .plan import check_work
+from .questions import Limits
+
+log = structlog.get_logger("decider.engine")
+
+EXIT_STOPPED, EXIT_ENGINE_FAILED = 0, 3  # the engine process's exit codes
+
+
+def dumps(obj) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    sender: bytes
+    rid: int
+    job: ScoreJob
+    deadline: float | None
+    arrived: float
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine, *, max_batch: int, max_queue: int, limits: Limits,
+                 busy, metrics: Metrics) -> None:
+        self.engine = engine
+        self.limits = limits
+        self.metrics = metrics
+        self.guard = LogitsGuard(engine.info.sentinel)
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.busy = busy  # shared double: monotonic start of the running call, 0 when idle
+        self._waiting: dict[tuple[bytes, int], _Waiting] = {}  # arrival order
+        self._replies: dict[bytes, list] = {}
+
+    def serve(self, sock: zmq.Socket, control) -> int:
+        """Until the supervisor says stop (then every accepted request is answered first),
+        or the engine fails; returns the process's exit code."""
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(control, zmq.POLLIN)
+        stopping = False
+        while True:
+            ready = dict(poller.poll(0 if self._waiting else None))
+            if sock in ready:
+                self._receive(sock)
+            if control in ready and control.poll():
+                stopping = control.recv() == "stop" or stopping
+            batch = self._take()
+            failed = bool(batch) and self._call(batch)
+            self._flush(sock)
+            if failed:
+                return EXIT_ENGINE_FAILED
+            if stopping and not self._waiting:
+                return EXIT_STOPPED
+
+    def _receive(self, sock: zmq.Socket) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                sender, payload = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            for op in pickle.loads(payload):
+                if op[0] == "score":
+                    _, rid, deadline, job = op
+                    try:  # the work bound needs the engine's layout: checked here
+                        check_work(self.engine, job, self.limits)
+                    except DeciderError as e:
+                        self._reply(sender, (rid, e))
+                        continue
+                    if len(self._waiting) >= self.max_queue:
+                        self._reply(sender, (rid, QueueFull(
+                            f"the queue is full ({self.max_queue} requests waiting)",
+                            max_queue=self.max_queue)))
+                    else:
+                        self._waiting[sender, rid] = _Waiting(sender, rid, job, deadline, now)
+                elif op[0] == "cancel":
+                    self._waiting.pop((sender, op[1]), None)
+
+    def _take(self) -> list[_Waiting]:
+        batch, now = [], time.monotonic()
+        while self._waiting and len(batch) < self.max_batch:
+            w = self._waiting.pop(next(iter(self._waiting)))
+            if w.deadline is not None and now >= w.deadline:
+                self._reply(w.sender, (w.rid, DeadlineExceeded(
+                    "the deadline passed while the request waited for the engine")))
+            else:
+                batch.append(w)
+        self.metrics.queue_depth.set(len(self._waiting))
+        return batch
+
+    def _call(self, batch: list[_Waiting]) -> bool:
+        """One engine call; True when the engine failed and must be replaced."""
+        self.busy.value = started = time.monotonic()
+        self.metrics.engine_busy.set(1)
+        self.metrics.engine_calls.inc()
+        self.metrics.engine_requests.inc(len(batch))
+        try:
+            results = guarded_score(self.engine, self.guard, [w.job for w in batch])
+        except Exception as e:  # the call itself failed: all of it fails
+            error = e if isinstance(e, DeciderError) else EngineFailure(
+                f"the engine call failed: {type(e).__name__}: {e}")
+            log.error("engine failure", reason=error.reason, error=error.message,
+                      requests=len(batch))
+            self.metrics.engine_failures.labels(error.reason).inc()
+            for w in batch:
+                self._reply(w.sender, (w.rid, error))
+            return error.kind == "internal"  # out of memory: that call only, no reload
+        finally:
+            self.busy.value = 0.0
+            self.metrics.engine_busy.set(0)
+        compute_ms = 1000 * (time.monotonic() - started)
+        for w, r in zip(batch, results, strict=True):
+            self._reply(w.sender, (w.rid, r) if isinstance(r, DeciderError) else
+                        (w.rid, r, 1000 * (started - w.arrived), compute_ms))
+        return False
+
+    def _reply(self, sender: bytes, outcome: tuple) -> None:
+        self._replies.setdefault(sender, []).append(outcome)
+
+    def _flush(self, sock: zmq.Socket) -> None:
+        for sender, outcomes in self._replies.items():
+            sock.send_multipart([sender, dumps(outcomes)])
+        self._replies.clear()

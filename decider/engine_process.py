@@ -1,0 +1,165 @@
+"""The engine process: it owns the model and the device and runs the engine loop, so no
+front end's Python work ever takes the GIL from it (DESIGN.md: with the engine in a thread
+of the gRPC process, 8% of its rate reached clients).
+
+`engine_main` runs in the child (spawned, never forked: CUDA and llama.cpp threads do not
+survive a fork). `EngineProcess` is the supervisor's handle on it: start, wait until it
+is ready (loaded, hashed, warmed), stop (drain), kill, and its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import multiprocessing
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Config
+from .engines import EngineInfo
+from .errors import DeciderError, EngineFailure
+
+EXIT_LOAD_REFUSED, EXIT_LOAD_FAILED = 2, 1
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """What the front ends need of the loaded model, sent once it is ready."""
+
+    name: str  # catalog name
+    description: str
+    release_date: str  # YYYY-MM-DD: the model file's date stands for it
+    engine: str
+    info: EngineInfo
+    sha256: str
+    prompt_format: str
+    template_version: str
+
+    @classmethod
+    def of(cls, d) -> ModelFacts:
+        """The facts of a loaded Decider."""
+        from .prompts import TEMPLATE_VERSION
+
+        info = d.engine.info
+        mtime = Path(info.model_path).stat().st_mtime
+        day = datetime.datetime.fromtimestamp(mtime, datetime.UTC).date().isoformat()
+        return cls(d.entry.name, d.entry.description, day, d.engine.name, info,
+                   d.model_sha256, d.entry.prompt_format, TEMPLATE_VERSION)
+
+
+def load_model(cfg: Config):
+    """Load, hash and warm the model the config names; returns the Decider."""
+    from .api import Decider
+    from .catalog import Catalog
+    from .questions import YesNo
+
+    m, paths = cfg.model, cfg.paths
+    if m.gpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = m.gpu  # before any engine touches CUDA
+    catalog = Catalog(user_file=Path(paths.catalog) if paths.catalog else None,
+                      cache_dir=Path(paths.cache_dir) if paths.cache_dir else None)
+    entry = catalog.get(m.name or catalog.default)  # locate never downloads
+    options = {k: v for k, v in (("n_threads", m.threads), ("n_gpu_layers", m.gpu_layers),
+                                 ("dtype", m.dtype)) if v}
+    d = Decider(entry, engine=m.engine or None, n_ctx=m.n_ctx or None, limits=cfg.limits,
+                catalog=catalog, **options)
+    try:
+        d.model_sha256  # hashed before READY, not on the first request
+        warm_up = getattr(d.engine, "warm_up", None)  # shapes that compile or capture
+        if warm_up is not None:
+            warm_up(cfg.server.max_batch)
+        d.decide("warm-up", [YesNo("Is this a warm-up?")])
+    except BaseException:
+        d.close()
+        raise
+    return d
+
+
+def engine_main(cfg: Config, address: str, conn, busy) -> None:
+    """The engine process: load, report ready (or why not), serve until told to stop."""
+    import zmq
+
+    from .engine_loop import EngineLoop
+    from .logs import configure
+    from .metrics import Metrics
+
+    configure(level=cfg.server.log_level, fmt=cfg.server.log_format, stream=sys.stdout)
+    try:
+        d = load_model(cfg)
+    except DeciderError as e:
+        conn.send(("failed", e))
+        sys.exit(EXIT_LOAD_REFUSED if e.kind in ("invalid", "not_found") else EXIT_LOAD_FAILED)
+    except Exception as e:  # noqa: BLE001 - reported, then the process ends
+        conn.send(("failed", EngineFailure(f"loading failed: {type(e).__name__}: {e}")))
+        sys.exit(EXIT_LOAD_FAILED)
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.bind(address)
+    conn.send(("ready", ModelFacts.of(d)))
+    loop = EngineLoop(d.engine, max_batch=cfg.server.max_batch, max_queue=cfg.server.max_queue,
+                      limits=cfg.limits, busy=busy, metrics=Metrics())
+    code = loop.serve(sock, conn)
+    sock.close()
+    d.close()
+    sys.exit(code)
+
+
+class EngineProcess:
+    """One engine process, seen from the supervisor's event loop."""
+
+    def __init__(self, cfg: Config, address: str) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.address = address
+        self.busy = ctx.Value("d", 0.0, lock=False)
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=engine_main, args=(cfg, address, child, self.busy),
+                                   name="decider-engine", daemon=True)
+        self.process.start()
+        child.close()
+        loop = asyncio.get_running_loop()
+        self.ended = loop.create_future()  # the exit code, once the process is gone
+        self._ready = loop.create_future()
+        loop.add_reader(self.process.sentinel, self._on_exit)
+        loop.add_reader(self._conn.fileno(), self._on_message)
+
+    async def ready(self) -> ModelFacts:
+        """The model's facts once loaded and warmed; raises what stopped it otherwise."""
+        return await self._ready
+
+    def stop(self) -> None:
+        """Finish every accepted request, then exit."""
+        if not self.ended.done():
+            self._conn.send("stop")
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def _on_message(self) -> None:
+        try:
+            kind, value = self._conn.recv()
+        except (EOFError, OSError):  # the process is going: _on_exit tells why
+            asyncio.get_running_loop().remove_reader(self._conn.fileno())
+            return
+        if not self._ready.done():
+            if kind == "ready":
+                self._ready.set_result(value)
+            else:
+                self._ready.set_exception(value)
+
+    def _on_exit(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.process.sentinel)
+        self.process.join()
+        code = self.process.exitcode
+        if not self._ready.done():
+            self._ready.set_exception(EngineFailure(
+                f"the engine process exited with code {code} while loading", exit_code=code))
+        if not self.ended.done():
+            self.ended.set_result(code)

@@ -1,0 +1,91 @@
+"""What every front end (gRPC, HTTP) does with a request: plan it with the served model's
+tokenizer, send its job to that model's engine process, read the typed answer from the
+raw results. The model served can change (SIGHUP, a restart after a failure); a request
+keeps the one it was planned for, so its answer carries that model's provenance."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .answers import Decision, Outcome, Usage
+from .engine_client import EngineClient
+from .engine_process import ModelFacts
+from .errors import FieldViolation, InvalidRequest, ModelNotFound, QueueFull, Unavailable
+from .plan import Planner
+from .prompts import FORMATS
+from .questions import Limits, Request
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One engine process's model, as the front ends use it."""
+
+    facts: ModelFacts
+    planner: Planner
+    client: EngineClient
+
+    @classmethod
+    def open(cls, facts: ModelFacts, address: str, limits: Limits) -> Served:
+        from .engines.vocab import Vocab  # the model's own tokenizer, loaded vocab-only
+
+        vocab = Vocab(facts.info.model_path, present=True)
+        planner = Planner(vocab.tokenize, FORMATS[facts.prompt_format], facts.info.bos_id,
+                          facts.info.n_ctx, limits)
+        return cls(facts, planner, EngineClient(address))
+
+
+class Frontend:
+    def __init__(self, max_queue: int, limits: Limits) -> None:
+        self.current: Served | None = None  # None while no engine is ready
+        self.max_queue = max_queue
+        self.limits = limits
+        self.accepting = True  # False while draining
+
+    def served(self) -> ModelFacts | None:
+        return self.current.facts if self.current is not None else None
+
+    def ready(self) -> bool:
+        """Serving: as gRPC health says SERVING and /readyz 200."""
+        return self.accepting and self.current is not None
+
+    def outstanding(self) -> int:
+        return self.current.client.outstanding if self.current is not None else 0
+
+    def admit_batch(self, n: int) -> None:
+        """A bulk call is admitted whole or refused whole: it may hold at most a quarter
+        of the queue, so that one caller never takes every place, and needs room for all
+        of its items now."""
+        limit = max(1, self.max_queue // 4)
+        if n > limit:
+            raise InvalidRequest([FieldViolation(
+                "requests", f"{n} items, over the limit of {limit} a batch (a quarter of "
+                            f"the queue of {self.max_queue})")])
+        free = self.max_queue - self.outstanding()
+        if n > free:
+            raise QueueFull(f"the queue has room for {free} requests now, the batch holds "
+                            f"{n}", max_queue=self.max_queue)
+
+    async def submit(self, request: Request, deadline: float | None = None,
+                     model: str = "", admitted: bool = False) -> Outcome:
+        """The decision for a request; deadline in time.monotonic() seconds; admitted: its
+        place was granted with its batch. Raises the DeciderError that refused it."""
+        served = self.current
+        if not self.accepting or served is None:
+            raise Unavailable("the service is not accepting requests (loading, reloading "
+                              "or draining); retry shortly")
+        if model and model != served.facts.name:
+            raise ModelNotFound(f"model {model!r} is not served here; this daemon serves "
+                                f"{served.facts.name!r}", model=model)
+        plan = served.planner.plan(request)
+        if not admitted and served.client.outstanding >= self.max_queue:
+            raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)",
+                            max_queue=self.max_queue)
+        results, queue_ms, compute_ms = await served.client.score(plan.job, deadline)
+        usage = Usage(prompt_tokens=plan.prompt_tokens, window_tokens=plan.window_tokens)
+        decision = Decision(plan.read(results), served.facts.name, served.facts.engine, usage)
+        return Outcome(decision, queue_ms, compute_ms, served.facts.sha256)
+
+
+def deadline_after(seconds: float | None) -> float | None:
+    return None if seconds is None else time.monotonic() + seconds
