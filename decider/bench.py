@@ -5,7 +5,7 @@ Workloads (medians of --repeat timed runs after one warm-up):
 - raw: tokenize the rendered prompt, one llama_decode, read the answer row, p_yes
 - decider 1 yes/no: Decider.decide with one question on the same text
 - decider 4 questions in one request, against 4 requests of one question each
-With --server ADDRESS it measures a running daemon instead (run_service_bench).
+With --server ADDRESS it measures a running daemon instead (decider/bench_service.py).
 """
 
 from __future__ import annotations
@@ -122,52 +122,6 @@ def _cpu() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def run_service_bench(address: str, *, clients: Sequence[int] = (1, 4, 16, 64),
-                      per_client: int = 8, tokens: int = 120) -> list[dict]:
-    """Requests/s and latency percentiles of a running daemon at several concurrencies,
-    beside the engine's own time for the same requests (the responses' compute_ms)."""
-    import asyncio
-
-    from .client import AsyncDeciderClient
-    from .questions import Request
-    from .wire import request_to_proto
-
-    text = " ".join(WORDS[i % len(WORDS)] for i in range(tokens * 2 // 3))
-
-    async def one_level(n: int) -> dict:
-        latencies, computes = [], []
-        conns = [AsyncDeciderClient(address, timeout=600) for _ in range(n)]
-
-        async def client(k: int, c: AsyncDeciderClient) -> None:
-            for j in range(per_client):
-                req = request_to_proto(Request(text, (YesNo(QUESTIONS[(k + j) % 4]),)))
-                t0 = time.perf_counter()
-                reply = await c._stub.Decide(req, timeout=600)
-                latencies.append(1000 * (time.perf_counter() - t0))
-                computes.append(reply.timings.compute_ms)
-
-        await client(0, conns[0])  # warm-up
-        latencies.clear(), computes.clear()
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client(k, c) for k, c in enumerate(conns)))
-        wall = time.perf_counter() - t0
-        await asyncio.gather(*(c.close() for c in conns))
-        q = statistics.quantiles(latencies, n=100)
-        return {"clients": n, "rps": len(latencies) / wall, "p50": statistics.median(latencies),
-                "p99": q[98], "compute_p50": statistics.median(computes),
-                "overhead_p50": statistics.median(a - b for a, b in zip(latencies, computes))}
-
-    rows = [asyncio.run(one_level(n)) for n in clients]
-    print(f"daemon at {address}, one yes/no per request, ~{tokens} prompt tokens, "
-          f"{per_client} requests per client, {_cpu()}")
-    print(f"{'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'engine p50 ms':>14} "
-          f"{'service overhead p50 ms':>24}")
-    for r in rows:
-        print(f"{r['clients']:>7} {r['rps']:>8.2f} {r['p50']:>8.1f} {r['p99']:>8.1f} "
-              f"{r['compute_p50']:>14.1f} {r['overhead_p50']:>24.2f}")
-    return rows
 
 
 def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 20,

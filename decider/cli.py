@@ -102,9 +102,18 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--tokens", type=_at_least(32), default=120,
                        help="approximate prompt tokens")
     bench.add_argument("--server", metavar="ADDRESS",
-                       help="measure a running daemon at 1, 4, 16 and 64 concurrent clients")
+                       help="measure a running daemon (gRPC, or http:// for System One) at "
+                            "--clients concurrent clients; with MODEL, beside the engine's "
+                            "in-process rate on the same requests")
     bench.add_argument("--per-client", type=_at_least(1), default=8,
                        help="with --server: requests each client sends")
+    bench.add_argument("--clients", type=_counts(1), default=(1, 64, 256, 1024),
+                       help="with --server: concurrency levels, comma-separated")
+    bench.add_argument("--client-processes", type=_at_least(1), default=4,
+                       help="with --server: processes the clients are spread over")
+    bench.add_argument("--max-batch", type=_at_least(1), default=128,
+                       help="with --server and MODEL: the engine rate's batch (the "
+                            "daemon's --max-batch)")
     bench.add_argument("--engines", help="compare engines side by side (e.g. "
                        "triton,llama,reference:bfloat16; name:dtype picks the activation "
                        "dtype) on the same score() work")
@@ -115,7 +124,7 @@ def parser() -> argparse.ArgumentParser:
                        "questions per request (each a 9-token suffix of the text)")
     bench.add_argument("--batch-tokens", type=int, default=256, help="with --engines: the "
                        "tokens of each of the 128 requests of the one-call row")
-    bench.add_argument("--prompt-tokens", type=_token_counts, default=(120, 2000),
+    bench.add_argument("--prompt-tokens", type=_counts(10), default=(120, 2000),
                        metavar="N,N,...", help="with --engines: the prompt lengths of the "
                        "one-decision rows (default 120,2000)")
     _add_load_flags(bench)
@@ -387,7 +396,8 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_bench, run_engine_bench, run_service_bench
+    from .bench import run_bench, run_engine_bench
+    from .bench_service import run_service_bench
 
     cfg = flag_config(args)
     if args.engines:
@@ -400,24 +410,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                          questions=args.questions, batch_tokens=args.batch_tokens)
         return EXIT_OK
     if args.server:
-        run_service_bench(args.server, per_client=args.per_client, tokens=args.tokens)
+        run_service_bench(args.server, clients=args.clients, per_client=args.per_client,
+                          tokens=args.tokens, processes=args.client_processes,
+                          model=args.model, max_batch=args.max_batch, **_load_options(cfg))
         return EXIT_OK
     run_bench(args.model, repeat=args.repeat, tokens=args.tokens, limits=cfg.limits,
               **_load_options(cfg))
     return EXIT_OK
 
 
-def _token_counts(value: str) -> tuple[int, ...]:
-    """'120,2000' -> (120, 2000); each a whole number of at least 10 (a job's suffix is 9
-    tokens after at least the BOS)."""
-    try:
-        counts = tuple(int(v) for v in value.split(","))
-    except ValueError:
-        counts = ()
-    if not counts or min(counts) < 10:
-        raise argparse.ArgumentTypeError(f"{value!r}: give whole numbers of at least 10, "
-                                         "comma-separated")
-    return counts
+def _counts(least: int):
+    """A parser of comma-separated whole numbers of at least `least` ('120,2000')."""
+    def parse(value: str) -> tuple[int, ...]:
+        try:
+            counts = tuple(int(v) for v in value.split(","))
+        except ValueError:
+            counts = ()
+        if not counts or min(counts) < least:
+            raise argparse.ArgumentTypeError(f"{value!r}: give whole numbers of at least "
+                                             f"{least}, comma-separated")
+        return counts
+    return parse
 
 
 def _bench_model_path(args: argparse.Namespace) -> str:

@@ -143,14 +143,14 @@ class Daemon:
         try:
             self.engine, self.frontend.current = await self._start_engine(self.cfg)
         except Exception as e:  # noqa: BLE001 - systemd restarts the whole service
-            return self._give_up(f"reload failed: {e}")
+            return self._give_up("reload failed", error=str(e))
         self._engine_up()
         await self._set_health(True)
         self.notifier.status(f"serving {self.frontend.current.facts.name}")
         log.info("reloaded")
 
-    def _give_up(self, why: str) -> None:
-        log.critical(f"{why}; exiting for the service manager to restart")
+    def _give_up(self, why: str, **fields) -> None:
+        log.critical(f"{why}; exiting for the service manager to restart", **fields)
         self.exit_code = 1
         self.stopped.set()
 
@@ -208,9 +208,9 @@ class Daemon:
         """Drain: NOT_SERVING, new requests UNAVAILABLE, accepted ones answered within the
         grace; what cannot finish in it is refused as the server stopping (retryable)."""
         self._stopping = True
+        self.frontend.accepting = False  # before health says so: NOT_SERVING means refused
         self.notifier.stopping()
         await self._set_health(False)
-        self.frontend.accepting = False
         served, grace = self.frontend.current, self.cfg.server.grace_seconds
         if served is not None:
             try:

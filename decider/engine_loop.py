@@ -69,7 +69,7 @@ class EngineLoop:
             ready = dict(poller.poll(0 if self._waiting else None))
             if sock in ready:
                 self._receive(sock)
-            if control in ready and control.poll():
+            if control.fileno() in ready and control.poll():  # zmq gives back its fd
                 stopping = control.recv() == "stop" or stopping
             batch = self._take()
             failed = bool(batch) and self._call(batch)

@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import multiprocessing
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,7 @@ def load_model(cfg: Config):
 
 def engine_main(cfg: Config, address: str, conn, busy) -> None:
     """The engine process: load, report ready (or why not), serve until told to stop."""
+    _obey_the_supervisor_only()
     import zmq
 
     from .engine_loop import EngineLoop
@@ -106,6 +108,19 @@ def engine_main(cfg: Config, address: str, conn, busy) -> None:
     sys.exit(code)
 
 
+def _obey_the_supervisor_only() -> None:
+    """The supervisor alone stops the engine process, after the drain: systemd's stop
+    signals every process of the service (KillMode=control-group), Ctrl-C the terminal's
+    process group. And it never outlives the supervisor: on Linux the kernel kills it
+    when the supervisor dies (say, SIGABRT from a withheld watchdog)."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class EngineProcess:
     """One engine process, seen from the supervisor's event loop."""
 
@@ -131,7 +146,10 @@ class EngineProcess:
     def stop(self) -> None:
         """Finish every accepted request, then exit."""
         if not self.ended.done():
-            self._conn.send("stop")
+            try:
+                self._conn.send("stop")
+            except OSError:  # it died and _on_exit has not run yet: that tells the end
+                pass
 
     def kill(self) -> None:
         if self.process.is_alive():

@@ -5,13 +5,22 @@ keeps the one it was planned for, so its answer carries that model's provenance.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .answers import Decision, Outcome, Usage
 from .engine_client import EngineClient
 from .engine_process import ModelFacts
-from .errors import FieldViolation, InvalidRequest, ModelNotFound, QueueFull, Unavailable
+from .errors import (
+    FieldViolation,
+    InvalidRequest,
+    ModelNotFound,
+    QueueFull,
+    Unavailable,
+)
 from .plan import Planner
 from .prompts import FORMATS
 from .questions import Limits, Request
@@ -41,6 +50,7 @@ class Frontend:
         self.max_queue = max_queue
         self.limits = limits
         self.accepting = True  # False while draining
+        self._planning = ThreadPoolExecutor(min(8, os.cpu_count() or 1), "decider-plan")
 
     def served(self) -> ModelFacts | None:
         return self.current.facts if self.current is not None else None
@@ -77,7 +87,11 @@ class Frontend:
         if model and model != served.facts.name:
             raise ModelNotFound(f"model {model!r} is not served here; this daemon serves "
                                 f"{served.facts.name!r}", model=model)
-        plan = served.planner.plan(request)
+        # llama.cpp's tokenizer lets go of the GIL: requests are tokenized side by side
+        plan = await asyncio.get_running_loop().run_in_executor(
+            self._planning, served.planner.plan, request)
+        if not self.accepting:  # a drain began while it was planned: it waits for no plan
+            raise Unavailable("the service is draining; retry shortly")
         if not admitted and served.client.outstanding >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)",
                             max_queue=self.max_queue)

@@ -3,8 +3,9 @@ from the branches' raw logits to typed answers."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,7 +21,16 @@ from .answers import (
 )
 from .errors import FieldViolation, InvalidRequest, PromptTooLong, WorkTooLarge
 from .prompts import YES, Piece, PromptFormat, canonical, plan_branches
-from .questions import Choice, Limits, MultiLabel, Question, Request, Scale, YesNo, options_of
+from .questions import (
+    Choice,
+    Limits,
+    MultiLabel,
+    Question,
+    Request,
+    Scale,
+    YesNo,
+    options_of,
+)
 from .scoring import Candidates, answer_log_probs, build_candidates, label_mass
 
 Tokenize = Callable[..., list[int]]  # (text, special=False): the engine's tokenize
@@ -66,10 +76,17 @@ class Planner:
     bos_id: int
     n_ctx: int
     limits: Limits = Limits()
+    short: Tokenize = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # the template's pieces, the questions and the labels recur from request to request
+        def tokens(text: str, special: bool = False) -> tuple[int, ...]:
+            return tuple(self.tokenize(text, special=special))
+        object.__setattr__(self, "short", functools.lru_cache(maxsize=4096)(tokens))
 
     def plan(self, request: Request) -> Plan:
         request.validate(self.limits)
-        plan = build_plan(request, self.format, self.tokenize, self.bos_id)
+        plan = build_plan(request, self.format, self.tokenize, self.bos_id, self.short)
         if plan.window_tokens > self.n_ctx:
             raise PromptTooLong(plan.window_tokens, self.n_ctx)
         return plan
@@ -83,16 +100,20 @@ def check_work(engine: Engine, job: ScoreJob, limits: Limits) -> None:
         raise WorkTooLarge(work, limits.max_work_tokens)
 
 
-def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int) -> Plan:
-    _refuse_control_labels(request, tokenize)
+def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int,
+               short: Tokenize | None = None) -> Plan:
+    """short: the tokenizer for everything but the prefix (which holds the text), where a
+    cached one saves the recurring pieces' tokenization."""
+    short = short or tokenize
+    _refuse_control_labels(request, short)
     prefix = (bos, *_tokens(fmt.render_prefix(request.text, request.instructions), tokenize))
-    end = _tokens(fmt.render_end(), tokenize)
+    end = _tokens(fmt.render_end(), short)
     branches, keys = [], []
     for q in request.questions:
         q_keys = []
         for bp in plan_branches(q, fmt):
-            cands = build_candidates([fmt.surface_forms(a) for a in bp.answers], tokenize, end)
-            branches.append(Branch(_tokens(bp.suffix, tokenize), cands.sequences))
+            cands = build_candidates([fmt.surface_forms(a) for a in bp.answers], short, end)
+            branches.append(Branch(_tokens(bp.suffix, short), cands.sequences))
             q_keys.append(_BranchKey(cands, bp.answers))
         keys.append(tuple(q_keys))
     return Plan(ScoreJob(prefix, tuple(branches)), request.questions, tuple(keys))

@@ -25,7 +25,7 @@ import torch
 from decider.errors import ActivationOverflow, ConfigError, EngineFailure, EngineOutOfMemory
 from decider.kernels.columns import columns
 
-from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows,
+from .base import (Branch, BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows,
                    resolve_n_ctx)
 from .checkpoints import has_tokenizer, read_text_model
 from .cuda_graphs import HEAD_LABELS, HEAD_ROWS, GraphRunner
@@ -97,6 +97,16 @@ class TorchEngine:
 
     def placed_tokens(self, job: ScoreJob) -> int:
         return tree_size(job)  # one token tree a job
+
+    def warm_up(self, max_batch: int) -> None:
+        """One call of one job and one of max_batch jobs, before the daemon says READY:
+        what Triton compiles outside the captured graphs (the head, the batch's own
+        shapes) is compiled then, not on the first requests."""
+        ids = [(7 + k) % self.info.n_vocab for k in range(min(120, self.info.n_ctx - 12))]
+        job = ScoreJob((self.info.bos_id, *ids), (Branch(tuple(ids[:9]), ((ids[0],),
+                                                                          (ids[1],))),))
+        for n in (1, max_batch):
+            self.score([job] * n)
 
     def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
         check_windows(jobs, self.info.n_ctx)

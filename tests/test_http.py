@@ -1,21 +1,20 @@
-"""The System One HTTP API against TypeSafe's own published client (typesafe-sdk), a real
-uvicorn on a real socket, and the real gemma-3-270m behind the scheduler."""
+"""The System One HTTP API against TypeSafe's own published client (typesafe-sdk), served by
+the real daemon: its uvicorn on a real socket, the real gemma-3-270m in its engine process
+(tests/test_http_daemon.py: what needs a daemon of its own)."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import math
 import re
-import socket
 import time
 
 import httpx2
 import jsonschema
 import pytest
 import structlog
-from http_server import KEY, MODEL, HttpThread
+from helpers.daemon_thread import KEY, MODEL, DaemonThread
 from typesafe_sdk import (
     Choice,
     Noul,
@@ -27,7 +26,6 @@ from typesafe_sdk import (
     TypeSafeError,
     TypeSafeInternalServerError,
     TypeSafeNotFoundError,
-    TypeSafeRateLimitError,
     TypeSafeUnprocessableEntityError,
 )
 
@@ -52,31 +50,15 @@ ALIAS = "jev-latest"  # the SDK's default model: an app that never names one wor
 
 
 @pytest.fixture(scope="module")
-def served(decider):
+def served(cache_dir, model_path):
     http = HttpSection(address="127.0.0.1:0", api_keys=(KEY,), model_aliases=(ALIAS,))
-    with HttpThread(decider, http) as s:
+    with DaemonThread(cache_dir, http) as s:
         yield s
 
 
 def sdk(served, key=KEY) -> TypeSafeClient:
     return TypeSafeClient(api_key=key, base_url=served.url, retry=RetryPolicy(max_retries=0),
                           timeout=300)
-
-
-def flat(value, at=()) -> dict:
-    if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in flat(item, (*at, key)).items()}
-    return {at: value}
-
-
-def assert_same(got: dict, want: dict, tol: float = 1e-9) -> None:
-    g, w = flat(got), flat(want)
-    assert g.keys() == w.keys()
-    for k in g:
-        if isinstance(w[k], float):
-            assert g[k] == pytest.approx(w[k], abs=tol), k
-        else:
-            assert g[k] == w[k], k
 
 
 def entropy_confidence(ps) -> float:
@@ -102,12 +84,12 @@ def test_the_sdk_gets_every_question_type_answered_as_the_in_process_api_does(se
     assert sum(urgency.probabilities.values()) == pytest.approx(1, abs=1e-9)
     assert urgency.score == pytest.approx(sum(i * p for i, p in urgency.probabilities.items()))
     assert 0 <= urgency.confidence <= 1
-    # alone in its engine call, the HTTP answer is the in-process one to the last digit
+    # alone in its engine call, the HTTP answer is the in-process one to the last bit
     body = {"model": MODEL, "state": STATE,
             "questions": {k: q.model_dump() for k, q in QUESTIONS.items()}}
     here = decider.decide_systemone(body)
     there = resp.raw_http_response.json()
-    assert_same(there["answers"], here["answers"])
+    assert there["answers"] == here["answers"]
     assert there["usage"] == here["usage"]
     assert there["decider"]["model_sha256"] == here["decider"]["model_sha256"]
 
@@ -247,75 +229,40 @@ def test_health_metrics_request_ids_and_json_logs_without_the_text(served):
     assert re.search(r'decider_http_requests_total\{path="/v1/systemone",status="200"\} [1-9]',
                      text)
     assert re.search(r'decider_requests_total\{outcome="OK"\} [1-9]', text)
+    assert re.search(r"decider_engine_requests_total [1-9]", text)  # the engine process's
 
 
-def test_queue_full_and_not_ready_say_when_to_retry(decider):
-    with HttpThread(decider, max_queue=0) as full, sdk(full) as client:
-        with pytest.raises(TypeSafeRateLimitError) as busy:
-            client.system_one(state="x", questions={"q": Noul(instructions="Ok?")}, model=MODEL)
-        assert busy.value.retry_after_ms == 1000
-        assert busy.value.body["detail"]["reason"] == "QUEUE_FULL"
-        full.backend.scheduler.accepting = False  # as while draining or reloading
-        with pytest.raises(TypeSafeInternalServerError) as down:
-            client.system_one(state="x", questions={"q": Noul(instructions="Ok?")}, model=MODEL)
-        assert down.value.status == 503 and down.value.headers["retry-after"] == "5"
-        ready = httpx2.get(f"{full.url}/readyz")
-        assert ready.status_code == 503 and ready.headers["retry-after"] == "5"
+def replaced(served, engine) -> list[int]:
+    """/readyz's statuses, polled until a new engine process serves in place of `engine`."""
+    seen, deadline = [], time.monotonic() + 120
+    while served.daemon.engine is engine or seen[-1:] != [200]:
+        assert time.monotonic() < deadline, seen
+        seen.append(httpx2.get(f"{served.url}/readyz").status_code)
+        time.sleep(0.1)
+    return seen
 
 
-def test_engine_failures_are_500_and_503_and_the_server_goes_on(served, fault_file):
+def test_engine_failures_are_500_and_503_and_the_server_goes_on(served):
+    """No logits: 500, and that engine process is replaced (not ready while the new one
+    loads); out of memory: 503 for that call only, the same process goes on serving."""
     question = {"q": Noul(instructions="Is it late?")}
     with sdk(served) as client:
-        fault_file.write_text("zero-logits")
+        engine = served.daemon.engine
+        served.fault_file.write_text("zero-logits")
         with pytest.raises(TypeSafeInternalServerError) as broken:
             client.system_one(state="The parcel is late.", questions=question)
         assert broken.value.status == 500
         assert broken.value.body["detail"]["reason"] == "ENGINE_RETURNED_NO_LOGITS"
-        fault_file.write_text("oom")
+        assert 503 in replaced(served, engine)
+        engine = served.daemon.engine
+        served.fault_file.write_text("oom")
         with pytest.raises(TypeSafeInternalServerError) as oom:
             client.system_one(state="The parcel is late.", questions=question)
         assert oom.value.status == 503 and oom.value.headers["retry-after"] == "5"
+        assert oom.value.body["detail"]["reason"] == "ENGINE_OUT_OF_MEMORY"
         assert 0 < client.system_one(state="The parcel is late.",
                                      questions=question).nouls["q"].noul < 1
-
-
-def test_expired_and_abandoned_requests_never_reach_the_engine(decider, fault_file):
-    http = HttpSection(address="127.0.0.1:0", api_keys=(KEY,), request_timeout_seconds=3.0)
-    body = json.dumps({"model": MODEL, "state": "The parcel is late.", "questions": {
-        "q": {"type": "noul", "instructions": "Is it late?"}}}).encode()
-    auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    with HttpThread(decider, http) as s:
-        registry = s.backend.scheduler.metrics.registry
-
-        def reached() -> float:
-            return registry.get_sample_value("decider_engine_requests_total")
-
-        async def scenario():
-            async with httpx2.AsyncClient(base_url=s.url, headers=auth, timeout=60) as c:
-                first = asyncio.create_task(c.post("/v1/systemone", content=body))
-                await asyncio.sleep(0.3)
-                late = await c.post("/v1/systemone", content=body)  # its 3 s pass waiting
-                return (await first).status_code, late
-
-        before = reached()
-        fault_file.write_text("hang:4")  # the first call holds the engine 4 s
-        first, late = asyncio.run(scenario())
-        assert (first, late.status_code) == (200, 504)
-        assert late.json()["detail"]["reason"] == "DEADLINE_EXCEEDED"
-        assert reached() == before + 1
-        head = (f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
-        host, port = s.url.removeprefix("http://").rsplit(":", 1)
-        fault_file.write_text("hang:1")
-        with socket.create_connection((host, int(port))) as holder:
-            holder.sendall(head + body)
-            time.sleep(0.3)
-            with socket.create_connection((host, int(port))) as gone:
-                gone.sendall(head + body)  # queued behind the holder; then its client leaves
-                time.sleep(0.2)
-            assert b"200 OK" in holder.recv(65536)
-        time.sleep(0.5)
-        assert reached() == before + 2  # the holder's request, not the one whose client left
+        assert served.daemon.engine is engine
 
 
 def test_one_request_file_works_over_http_in_the_cli_and_in_python(served, decider, run_cli,
@@ -330,8 +277,8 @@ def test_one_request_file_works_over_http_in_the_cli_and_in_python(served, decid
     assert cli.returncode == 0, cli.stderr.decode()
     in_python = decider.decide_systemone(request.read_bytes())
     for out in (json.loads(cli.stdout), in_python):
-        assert_same(out["answers"], over_http["answers"])
-        assert out["usage"] == over_http["usage"] and out["model"] == MODEL
+        assert (out["answers"], out["usage"], out["model"]) == (
+            over_http["answers"], over_http["usage"], MODEL)
     request.write_text(json.dumps({"model": MODEL, "state": "x", "questions": {
         "q": {"type": "score", "criteria": []}}}))
     bad = run_cli("run", MODEL, "--systemone", str(request))

@@ -9,7 +9,7 @@ import time
 
 import httpx2
 import pytest
-from http_server import KEY, MODEL, HttpThread
+from helpers.daemon_thread import KEY, MODEL, DaemonThread
 
 from decider.config import HttpSection
 
@@ -30,9 +30,9 @@ def nested(depth: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def served(decider):
+def served(cache_dir, model_path):
     http = HttpSection(address="127.0.0.1:0", api_keys=(KEY,), request_timeout_seconds=TIMEOUT)
-    with HttpThread(decider, http) as s:
+    with DaemonThread(cache_dir, http) as s:
         yield s
         # after all of it: still serving, and answering with the model
         r = httpx2.post(f"{s.url}/v1/systemone", json=body(), headers=AUTH, timeout=300)

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import httpx2
 import pytest
-from http_server import KEY, MODEL, HttpThread
+from helpers.daemon_thread import KEY, MODEL, DaemonThread
 from test_tls import write_pki
 from typesafe_sdk import RetryPolicy, TypeSafeAPIConnectionError, TypeSafeClient
 
@@ -78,11 +78,11 @@ def test_keys_are_kept_as_digests_from_the_config_and_a_key_file(tmp_path):
     assert not Keys() and not Keys().accepts(KEY)
 
 
-def test_tls_with_client_certificates(decider, tmp_path):
+def test_tls_with_client_certificates(cache_dir, model_path, tmp_path):
     pki = write_pki(tmp_path)
     http = HttpSection(address="127.0.0.1:0", api_keys=(DIGEST,), tls_cert=str(pki["server_cert"]),
                        tls_key=str(pki["server_key"]), tls_client_ca=str(pki["ca"]))
-    with HttpThread(decider, http) as s:
+    with DaemonThread(cache_dir, http) as s:
         assert s.url.startswith("https://127.0.0.1:")
         with_cert = ssl.create_default_context(cafile=str(pki["ca"]))
         with_cert.load_cert_chain(pki["client_cert"], pki["client_key"])
@@ -98,9 +98,9 @@ def test_tls_with_client_certificates(decider, tmp_path):
             httpx2.get(s.url.replace("https", "http") + "/healthz")
 
 
-def test_a_unix_socket_for_the_group(decider, tmp_path):
+def test_a_unix_socket_for_the_group(cache_dir, model_path, tmp_path):
     path = tmp_path / "http.sock"
-    with HttpThread(decider, HttpSection(address=f"unix://{path}")) as s:
+    with DaemonThread(cache_dir, HttpSection(address=f"unix://{path}")) as s:
         assert s.url == f"unix://{path}"
         assert stat.S_IMODE(path.stat().st_mode) == 0o660
         with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(path))) as c:

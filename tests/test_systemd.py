@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon import spawn
+from helpers.daemon import spawn
 
 from decider import YesNo
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError

@@ -13,7 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from daemon import spawn
+from helpers.daemon import spawn
 
 from decider import YesNo
 from decider.client import DeciderClient, RemoteError

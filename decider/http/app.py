@@ -15,15 +15,27 @@ from starlette.responses import Response
 
 from .. import __version__
 from ..errors import DeciderError, InvalidRequest, ModelNotFound, Unavailable
+from ..frontend import Frontend
 from ..metrics import Metrics
 from .auth import Keys
-from ..frontend import Frontend
 from .body import read_body
-from .errors import Refused, error_response, field_errors_response, json_response, refusal
+from .errors import (
+    Refused,
+    error_response,
+    field_errors_response,
+    json_response,
+    refusal,
+)
 from .front import Front
 from .mapping import BadBody, parse_body, to_decider
-from .schema import ModelCard, ModelList, Refusal, SystemOneRequest, SystemOneResponse, \
-    ValidationFailed
+from .schema import (
+    ModelCard,
+    ModelList,
+    Refusal,
+    SystemOneRequest,
+    SystemOneResponse,
+    ValidationFailed,
+)
 
 log = structlog.get_logger("decider.http")
 REFUSALS = {
@@ -56,7 +68,7 @@ async def _disconnected(receive) -> None:
 
 
 async def _answer(frontend: Frontend, request, deadline: float, receive):
-    """The frontend's outcome; the wait is cancelled (and the scheduler drops the request)
+    """The frontend's outcome; the wait is cancelled (and the engine drops the request)
     if the client goes away first."""
     me = asyncio.current_task()
     gone = asyncio.ensure_future(_disconnected(receive))

@@ -20,10 +20,18 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from .. import __version__
-from ..answers import Answer
+from ..answers import Answer, Outcome
 from ..errors import FieldViolation, InvalidRequest, ModelNotFound
-from ..questions import Choice, Label, Limits, MultiLabel, Question, Request, Scale, YesNo
-from ..answers import Outcome
+from ..questions import (
+    Choice,
+    Label,
+    Limits,
+    MultiLabel,
+    Question,
+    Request,
+    Scale,
+    YesNo,
+)
 from .render import JSON_ERROR, is_empty, non_finite, render, render_line
 from .schema import (
     ChoiceAnswer,

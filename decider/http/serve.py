@@ -29,10 +29,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config import Config
 from ..errors import ConfigError
+from ..frontend import Frontend
 from ..metrics import Metrics
 from .app import Settings, build_app
 from .auth import Keys
-from ..frontend import Frontend
 
 log = structlog.get_logger("decider.http")
 

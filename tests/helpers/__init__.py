@@ -1,2 +1,1 @@
-"""What tests share: test modules import helpers from here, never from each other.
-(tests/daemon.py, the daemon starter the service tests import, moves here with them.)"""
+"""What tests share: test modules import helpers from here, never from each other."""

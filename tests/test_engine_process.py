@@ -1,0 +1,219 @@
+"""The daemon's process structure, from outside: a real `decider serve` whose engine runs
+in a process of its own, the real gemma-3-270m, real unix sockets. An engine process that
+dies is replaced while no client waits past its deadline; SIGTERM drains; what the engine
+process or the front end refuses reaches the client as the one error it should be."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from helpers.daemon import alive, error_details, health_status, spawn
+
+from decider import Choice, YesNo
+from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
+from decider.v1 import decider_pb2 as pb
+from decider.v1 import decider_pb2_grpc as pb_grpc
+
+TEXT = "I was charged twice for my order, please refund me."
+QUEUE = 64  # a batch may hold a quarter of it: 16
+WORK_LIMIT = 200  # a yes/no question on TEXT places 33 tokens, 40 labels 428
+SERVING, NOT_SERVING = (health_pb2.HealthCheckResponse.SERVING,
+                        health_pb2.HealthCheckResponse.NOT_SERVING)
+FLAGS = ("--n-ctx", "512", "--max-queue", str(QUEUE), "--max-batch", "4")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory, model_path):
+    d = spawn(tmp_path_factory.mktemp("daemon"), *FLAGS, "--metrics-port", "0",
+              "--max-work-tokens", str(WORK_LIMIT))
+    yield d
+    assert d.stop() == 0
+
+
+@pytest.fixture
+def own_daemon(tmp_path, model_path):
+    """A daemon for a test that ends it; killed should the test fail first."""
+    d = spawn(tmp_path, *FLAGS)
+    yield d
+    if d.proc.poll() is None:
+        d.proc.kill()
+        d.proc.wait()
+
+
+def refusal(call) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value
+
+
+def test_a_killed_engine_process_is_replaced_and_no_client_waits_past_its_deadline(daemon):
+    """16 clients ask in a loop; the engine process is SIGKILLed at its first answer, with
+    the others' requests in flight. Every call is answered or refused UNAVAILABLE, none
+    at its deadline: what the dead engine held is refused at once as ENGINE_DIED. Health
+    goes NOT_SERVING, then SERVING with a new engine process, and each client is
+    answered again."""
+    old = daemon.wait_engine()
+
+    async def scenario():
+        answered, replaced = asyncio.Event(), asyncio.Event()
+
+        async def client(k: int) -> list[tuple[str, str, float]]:
+            outcomes = []
+            async with AsyncDeciderClient(daemon.address, timeout=120) as c:
+                while True:
+                    again = replaced.is_set()
+                    try:
+                        await c.decide(TEXT, [YesNo(f"Is this question {k}?")])
+                        outcome = ("OK", "")
+                    except RemoteError as e:
+                        outcome = (e.code.name, e.reason)
+                    outcomes.append((*outcome, time.monotonic()))
+                    if outcome[0] != "OK":
+                        await asyncio.sleep(0.2)  # a client's backoff before it retries
+                        continue
+                    answered.set()
+                    if again:
+                        return outcomes
+
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+            assert (await watch.read()).status == SERVING
+            clients = [asyncio.create_task(client(k)) for k in range(16)]
+            await answered.wait()
+            os.kill(old, signal.SIGKILL)
+            killed = time.monotonic()
+            statuses = [(await watch.read()).status for _ in range(2)]
+            replaced.set()
+            watch.cancel()
+            return killed, statuses, await asyncio.gather(*clients)
+
+    killed, statuses, per_client = asyncio.run(scenario())
+    assert statuses == [NOT_SERVING, SERVING]
+    outcomes = [o for c in per_client for o in c]
+    refused = {(code, reason) for code, reason, _ in outcomes if code != "OK"}
+    assert refused <= {("UNAVAILABLE", "ENGINE_DIED"), ("UNAVAILABLE", "UNAVAILABLE")}
+    died = [at - killed for code, reason, at in outcomes if reason == "ENGINE_DIED"]
+    assert len(died) >= 8  # in flight: the 16 less at most a call or two of 4
+    assert max(died) < 5
+    [new] = daemon.engine_pids()  # the old one is reaped
+    assert new != old and '"signal": "SIGKILL"' in daemon.log()
+
+
+@pytest.mark.parametrize("raw", [b"\x12\x05ab", b"\x12\x02\xff\xfe"],
+                         ids=["truncated", "invalid-utf8"])
+def test_bytes_that_are_no_decide_request_are_invalid_argument(daemon, raw):
+    with grpc.insecure_channel(daemon.address) as channel:
+        decide = channel.unary_unary("/decider.v1.Decider/Decide")  # bytes in, bytes out
+        e = refusal(lambda: decide(raw, timeout=30))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+    info, bad = error_details(e)
+    assert info.reason == "INVALID_REQUEST"
+    [violation] = bad.field_violations
+    assert violation.field == "request"
+    assert "is not a valid Decide message" in violation.description
+
+
+def test_a_batch_over_a_quarter_of_the_queue_is_refused_whole(daemon):
+    item = pb.DecideRequest(text=TEXT, questions=[
+        pb.Question(question="Refund?", yes_no=pb.YesNo())])
+    before = daemon.metric("decider_engine_requests_total")
+    with grpc.insecure_channel(daemon.address) as channel:
+        batch = pb_grpc.DeciderStub(channel).DecideBatch
+        e = refusal(lambda: batch(pb.DecideBatchRequest(requests=[item] * 17), timeout=30))
+        assert daemon.metric("decider_engine_requests_total") == before  # no item ran
+        full = batch(pb.DecideBatchRequest(requests=[item] * 16), timeout=120)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+    [violation] = error_details(e)[1].field_violations
+    assert violation.field == "requests"
+    assert "17 items, over the limit of 16" in violation.description
+    assert [i.WhichOneof("result") for i in full.items] == ["response"] * 16
+
+
+def test_work_over_the_bound_is_out_of_range_before_any_engine_pass(daemon):
+    labels = [f"topic {i}" for i in range(40)]
+    daemon.fault_file.write_text("oom")  # a pass that began would fail with OOM instead
+    try:
+        with DeciderClient(daemon.address) as c:
+            started = time.monotonic()
+            with pytest.raises(RemoteError) as info:
+                c.decide(TEXT, [Choice("Which topic?", labels)])
+            seconds = time.monotonic() - started
+        assert daemon.fault_file.exists()  # no engine pass began
+    finally:
+        daemon.fault_file.unlink(missing_ok=True)
+    e = info.value
+    assert (e.code, e.reason) == (grpc.StatusCode.OUT_OF_RANGE, "WORK_TOO_LARGE")
+    assert int(e.metadata["work_tokens"]) > int(e.metadata["max_work_tokens"]) == WORK_LIMIT
+    assert seconds < 2
+
+
+def test_sigterm_answers_what_runs_and_refuses_what_comes_after(own_daemon):
+    """SIGTERM to every process of the service, as systemd's stop sends it: the engine
+    process keeps serving what it holds while the daemon refuses new requests; exit 0."""
+    daemon = own_daemon
+    daemon.fault_file.write_text("hang:5")  # the first call holds the engine 5 s
+
+    async def scenario():
+        async with AsyncDeciderClient(daemon.address, timeout=60) as c:
+            held = [asyncio.create_task(c.decide(TEXT, [YesNo(f"Question {i}?")]))
+                    for i in range(4)]
+            while daemon.fault_file.exists():  # until the engine pass takes the fault
+                await asyncio.sleep(0.02)
+            daemon.signal_all(signal.SIGTERM)
+            while await asyncio.to_thread(health_status, daemon.address) != "NOT_SERVING":
+                await asyncio.sleep(0.02)
+            with pytest.raises(RemoteError) as info:
+                await c.decide(TEXT, [YesNo("Too late?")])
+            assert not any(t.done() for t in held)  # refused while those still ran
+            return info.value, await asyncio.gather(*held)
+
+    late, answers = asyncio.run(scenario())
+    assert (late.code, late.reason) == (grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE")
+    assert [a.answers[0].question for a in answers] == [f"Question {i}?" for i in range(4)]
+    assert daemon.proc.wait(60) == 0
+
+
+def test_a_new_engine_that_dies_before_answering_anything_ends_the_daemon_with_1(
+        own_daemon):
+    """The second engine process is killed as soon as it serves, before any request:
+    that a replacement also dies says restarting it here will not help; systemd's
+    Restart=on-failure restarts the whole service."""
+    daemon = own_daemon
+    with DeciderClient(daemon.address) as c:  # the first engine has answered
+        c.decide(TEXT, [YesNo("Refund?")])
+    first = daemon.wait_engine()
+    os.kill(first, signal.SIGKILL)
+    second = daemon.wait_engine(other_than=first)
+    while health_status(daemon.address) != "SERVING":
+        time.sleep(0.05)
+    os.kill(second, signal.SIGKILL)
+    assert daemon.proc.wait(60) == 1
+    assert ("the engine process ended before answering anything; exiting for the service "
+            "manager to restart") in daemon.log()
+
+
+def test_the_engine_process_never_outlives_the_daemon(own_daemon):
+    """Not even while a pass holds it, deaf to its supervisor: the kernel ends it when
+    the daemon dies (here SIGKILL; under systemd, SIGABRT for a withheld watchdog)."""
+    daemon = own_daemon
+    engine = daemon.wait_engine()
+    daemon.fault_file.write_text("hang:60")
+    with grpc.insecure_channel(daemon.address) as channel:
+        call = pb_grpc.DeciderStub(channel).Decide.future(pb.DecideRequest(
+            text=TEXT, questions=[pb.Question(question="Refund?", yes_no=pb.YesNo())]),
+            timeout=60)
+        while daemon.fault_file.exists():  # until the engine pass takes the fault
+            time.sleep(0.02)
+        daemon.proc.kill()
+        assert call.exception(timeout=30).code() == grpc.StatusCode.UNAVAILABLE
+    daemon.proc.wait()
+    end = time.monotonic() + 10
+    while alive(engine) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not alive(engine)
