@@ -99,6 +99,8 @@ def load(address: str, clients: int, per_client: int, tokens: int, processes: in
             "p50": statistics.median(got["latency"]), "p99": q[98],
             "queue_p50": statistics.median(got["queue"]),
             "compute_p50": statistics.median(got["compute"]),
+            "overhead_p50": statistics.median(a - b for a, b in zip(got["latency"],
+                                                                    got["compute"])),
             "refused": sum(p["refused"] for p in parts),
             "failed": sum(sum(p["failed"].values()) for p in parts),
             "failures": {code: sum(p["failed"].get(code, 0) for p in parts)
@@ -144,11 +146,13 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
     if rate:
         print(f"engine in-process: {rate:.0f} decisions/s ({model}, batches of {max_batch})")
     print(f"{'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'queue p50':>10} "
-          f"{'engine p50':>11} {'refused':>8} {'failed':>7} {'service/engine':>15}")
+          f"{'engine p50':>11} {'overhead p50':>13} {'refused':>8} {'failed':>7} "
+          f"{'service/engine':>15}")
     for r in rows:
         ratio = f"{r['rps'] / rate:.0%}" if rate else "-"
         print(f"{r['clients']:>7} {r['rps']:>8.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} "
               f"{r.get('queue_p50', 0):>10.2f} {r['compute_p50']:>11.2f} "
+              f"{r['overhead_p50']:>13.2f} "
               f"{r.get('refused', 0):>8} {r.get('failed', 0):>7} {ratio:>15} "
               f"{r.get('failures') or ''}")
     return rows

@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW, kv_bytes
 from helpers.seeds import seeded
-from test_torch_engine import max_diff, rand_branch, rand_ids
+from helpers.tiny import max_diff, rand_branch, rand_ids
 
 from decider.engines import ScoreJob, load_engine
 from decider.engines.gemma4 import Gemma4

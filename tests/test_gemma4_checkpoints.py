@@ -24,7 +24,7 @@ from helpers.checkpoints import assert_the_multimodal_layout_reads_the_same  # n
 from helpers.gemma4_models import CONFIGS, write_checkpoint  # noqa: E402
 from helpers.seeds import seeded  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from test_torch_engine import max_diff, rand_branch, rand_ids  # noqa: E402
+from helpers.tiny import max_diff, rand_branch, rand_ids  # noqa: E402
 
 from decider.engines import ScoreJob, load_engine  # noqa: E402
 from decider.engines.checkpoints import read_model  # noqa: E402

@@ -96,7 +96,7 @@ def test_a_whole_gemma4_engine_call_on_the_triton_kernels_matches_the_reference(
     from test_kernels_triton import (
         assert_on_the_triton_kernels_it_matches_the_reference,
     )
-    from test_torch_engine import VOCAB, rand_branch, rand_ids
+    from helpers.tiny import VOCAB, rand_branch, rand_ids
 
     rng = seeded("whole-engine")
     path = write_gemma4(tmp_path / "m.gguf", rng, layers=4, kinds=[True, False, True, False],

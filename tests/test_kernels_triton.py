@@ -396,7 +396,7 @@ def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatc
 def assert_on_the_triton_kernels_it_matches_the_reference(path, jobs, monkeypatch) -> None:
     """The torch engine's score() on `path` with every operation on the Triton kernels
     (CPU tensors, interpreted, fp32, 48-token passes) within 1e-3 of the reference."""
-    from test_torch_engine import max_diff
+    from helpers.tiny import max_diff
 
     from decider.engines import load_engine
     from decider.kernels import dispatch

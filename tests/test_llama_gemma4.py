@@ -24,7 +24,7 @@ from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW  # noqa: E402
 from helpers.plain_llama import plain_llama, plain_rows  # noqa: E402
 from helpers.real_prompts import assert_within_llama_bounds, p_yes_gaps  # noqa: E402
 from helpers.seeds import seeded  # noqa: E402
-from test_torch_engine import rand_ids  # noqa: E402
+from helpers.tiny import rand_ids  # noqa: E402
 
 from decider.errors import ConfigError  # noqa: E402
 

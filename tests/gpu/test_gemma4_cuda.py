@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW, write_checkpoint
 from helpers.seeds import seeded
-from test_torch_engine_cuda import NEAR_TIE, P_TOL, jobs, p_yes
+from helpers.yes_no_jobs import NEAR_TIE, P_TOL, jobs, p_yes
 
 from decider.engines import load_engine
 from decider.engines.random_gemma4 import write_gemma4
