@@ -73,6 +73,8 @@ def parser() -> argparse.ArgumentParser:
                        help="unix:///path or host:port, repeatable (default 127.0.0.1:50051)")
     serve.add_argument("--max-queue", type=int, help="requests waiting at most (256)")
     serve.add_argument("--max-batch", type=int, help="requests per engine call (16)")
+    serve.add_argument("--frontends", type=int, help="front-end processes sharing the TCP "
+                       "listeners (1)")
     serve.add_argument("--tls-cert", help="PEM certificate for TCP listeners")
     serve.add_argument("--tls-key", help="PEM private key for TCP listeners")
     serve.add_argument("--tls-client-ca", help="require client certificates from this CA")

@@ -1,7 +1,7 @@
 """The daemon's configuration file (TOML). Every key is known and checked: an unknown key
 or a bad value is refused with the file, the key and the reason, before READY=1.
 
-    [server]   listen, socket_group, max_queue, max_batch, grace_seconds,
+    [server]   listen, socket_group, max_queue, max_batch, frontends, grace_seconds,
                engine_call_limit_seconds, metrics_port, log_format, log_level, log_text
     [tls]      cert, key, client_ca, allow_insecure_tcp
     [model]    name, engine, n_ctx, threads, gpu_layers, gpu, dtype
@@ -37,6 +37,7 @@ class ServerSection:
     socket_group: str = ""  # group owning unix sockets (client apps join it); "" keeps ours
     max_queue: int = 256
     max_batch: int = 16
+    frontends: int = 1  # front-end processes; past 1 they share TCP listeners (SO_REUSEPORT)
     grace_seconds: float = 20.0  # in-flight requests finish within this on SIGTERM
     engine_call_limit_seconds: float = 120.0  # past it, WATCHDOG=1 is withheld
     metrics_port: int | None = None
@@ -102,11 +103,13 @@ _SECTIONS = {"server": ServerSection, "tls": TlsSection, "model": ModelSection,
 _CHOICES = {"log_format": ("json", "console", "auto"),
             "log_level": ("debug", "info", "warning", "error"),
             "dtype": ("", *DTYPES), "engine": ("", *ENGINES)}
-_POSITIVE = {"max_queue", "max_batch", "grace_seconds", "engine_call_limit_seconds",
+_POSITIVE = {"max_queue", "max_batch", "frontends", "grace_seconds",
+             "engine_call_limit_seconds",
              *(f.name for f in fields(Limits))}
 # Flags (argparse dest) -> the key each overrides; the flag is --dest-with-dashes.
 FLAGS = {"listen": "server.listen", "max_queue": "server.max_queue",
-         "max_batch": "server.max_batch", "metrics_port": "server.metrics_port",
+         "max_batch": "server.max_batch", "frontends": "server.frontends",
+         "metrics_port": "server.metrics_port",
          "log_format": "server.log_format", "tls_cert": "tls.cert", "tls_key": "tls.key",
          "tls_client_ca": "tls.client_ca", "allow_insecure_tcp": "tls.allow_insecure_tcp",
          "model": "model.name", "engine": "model.engine", "n_ctx": "model.n_ctx",
@@ -153,6 +156,8 @@ def _check(where: str, key: str, value, default, flag: bool = False):
         _fail(where, "must be at least 32 (0 in the file: the catalog's window)", value, key)
     if key == "threads" and flag and value == 0:
         _fail(where, "must be at least 1 (0 in the file: all cores)", value, key)
+    if key == "frontends" and value > (os.cpu_count() or 1):
+        _fail(where, f"must be at most {os.cpu_count()} (this machine's cores)", value, key)
     if key == "threads" and value > (os.cpu_count() or 1):
         _fail(where, f"must be at most {os.cpu_count()} (this machine's cores)", value, key)
     return value

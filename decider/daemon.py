@@ -16,47 +16,36 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
 import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
-from .catalog import Catalog
 from .config import Config
 from .engine_loop import EXIT_ENGINE_FAILED
 from .engine_process import EngineProcess
-from .errors import EngineDied, ServerStopping
-from .frontend import Frontend, Served
-from .listeners import bind, check_listeners, grpc_server
+from .errors import EngineDied
+from .frontend import Served
+from .frontend_worker import FrontendWorker
+from .listeners import check_listeners
 from .logs import configure
 from .metrics import Metrics, process_ended
-from .observer import Observer
-from .service import DeciderService
+from .serving import Servers
 from .systemd import Notifier
-from .v1 import decider_pb2 as pb
-from .v1 import decider_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("decider.server")
-
-SERVICE = pb.DESCRIPTOR.services_by_name["Decider"].full_name
-SERVING, NOT_SERVING = (health_pb2.HealthCheckResponse.SERVING,
-                        health_pb2.HealthCheckResponse.NOT_SERVING)
 
 
 class Daemon:
     def __init__(self, cfg: Config, reread: Callable[[], Config] | None = None) -> None:
         self.cfg = cfg
         self._reread = reread  # SIGHUP: the config as the file says now
-        self.health = health.aio.HealthServicer()
         self.notifier = Notifier()
         self.metrics = Metrics()
-        self.frontend = Frontend(cfg.server.max_queue, cfg.limits)
+        self.servers = Servers(cfg, self.metrics)
+        self.frontend = self.servers.frontend
+        self.workers: list[FrontendWorker] = []  # the extra front-end processes
         self.engine: EngineProcess | None = None
         self.down_since: float | None = time.monotonic()  # no engine answering since
         self.exit_code = 0
         self.stopped = asyncio.Event()
-        self.server: grpc.aio.Server | None = None
-        self.http = None  # the System One HTTP front end, when [http] address is set
         self._run_dir = Path(tempfile.mkdtemp(prefix="decider-"))  # 0700: engine sockets
         self._generation = 0
         self._stopping = False
@@ -70,23 +59,10 @@ class Daemon:
         self.notifier.status("loading the model")
         self.engine, self.frontend.current = await self._start_engine(self.cfg)
         self._engine_up()
-        self.server = grpc_server(interceptors=[observer := Observer(
-            self.metrics, self.cfg.server.log_text)])
-        catalog = Catalog(user_file=_path(self.cfg.paths.catalog),
-                          cache_dir=_path(self.cfg.paths.cache_dir))
-        pb_grpc.add_DeciderServicer_to_server(
-            DeciderService(self.frontend, catalog, observer), self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME), self.server)
-        for addr in self.cfg.server.listen:
-            bind(self.server, self.cfg, addr)
-        await self.server.start()
-        if self.cfg.http.address:
-            from .http.serve import serve_http
-
-            self.http = await serve_http(self.cfg, self.frontend, self.metrics)
+        await self.servers.start()
+        self.workers = [FrontendWorker(self.cfg) for _ in range(self.cfg.server.frontends - 1)]
+        self._tasks += [asyncio.create_task(self._watch_worker(w)) for w in self.workers]
+        self._announce(self.cfg.limits)
         metrics_port = None
         if self.cfg.server.metrics_port is not None:
             metrics_port = self.metrics.serve(self.cfg.server.metrics_port)
@@ -118,6 +94,21 @@ class Daemon:
         self.down_since = None
         self.metrics.engine_up.set(1)
 
+    @property
+    def http(self):
+        return self.servers.http
+
+    def _announce(self, limits) -> None:
+        """Tell the other front-end processes which engine process serves now."""
+        self._tell_workers("serve", self.frontend.current.facts, self.engine.address, limits)
+
+    def _tell_workers(self, *message) -> None:
+        for worker in self.workers:
+            worker.send(*message)
+
+    async def _set_health(self, serving: bool) -> None:
+        await self.servers.set_health(serving)
+
     # -- an engine's end ----------------------------------------------------------------
 
     async def _watch(self, engine: EngineProcess, served: Served) -> None:
@@ -130,6 +121,7 @@ class Daemon:
         await served.client.close()
         if engine is not self.engine or self._stopping:
             return
+        self._tell_workers("down", EngineDied(code))
         self.frontend.current = None
         self.down_since = time.monotonic()
         self.metrics.engine_up.set(0)
@@ -144,10 +136,18 @@ class Daemon:
             self.engine, self.frontend.current = await self._start_engine(self.cfg)
         except Exception as e:  # noqa: BLE001 - systemd restarts the whole service
             return self._give_up("reload failed", error=str(e))
+        self._announce(self.cfg.limits)
         self._engine_up()
         await self._set_health(True)
         self.notifier.status(f"serving {self.frontend.current.facts.name}")
         log.info("reloaded")
+
+    async def _watch_worker(self, worker: FrontendWorker) -> None:
+        """A front-end process that ends unasked ends the service: systemd restarts it
+        whole, so that its share of the listeners comes back."""
+        code = await worker.ended
+        if not self._stopping:
+            self._give_up("a front-end process ended", pid=worker.process.pid, exit_code=code)
 
     def _give_up(self, why: str, **fields) -> None:
         log.critical(f"{why}; exiting for the service manager to restart", **fields)
@@ -170,9 +170,12 @@ class Daemon:
                 self.notifier.status("loading the new model")
                 old = self.engine
                 self.engine, self.frontend.current = await self._start_engine(new)
+                self._announce(new.limits)
                 old.stop()  # it answers what it holds, then exits
-            if new.server.listen != self.cfg.server.listen or new.tls != self.cfg.tls:
-                log.warning("listeners and TLS change only on restart", listen=new.server.listen)
+            if (new.server.listen, new.tls, new.server.frontends) != (
+                    self.cfg.server.listen, self.cfg.tls, self.cfg.server.frontends):
+                log.warning("listeners, TLS and front-end processes change only on restart",
+                            listen=new.server.listen)
             self.frontend.max_queue, self.frontend.limits = new.server.max_queue, new.limits
             configure(level=new.server.log_level, fmt=new.server.log_format, stream=sys.stdout)
             self.cfg = new
@@ -198,33 +201,18 @@ class Daemon:
                           seconds=round(stalled, 1), limit=limit)
             await asyncio.sleep(self.notifier.watchdog_seconds / 2)
 
-    async def _set_health(self, serving: bool) -> None:
-        for name in ("", SERVICE):
-            await self.health.set(name, SERVING if serving else NOT_SERVING)
-
     # -- stop ---------------------------------------------------------------------------
 
     async def stop(self) -> None:
         """Drain: NOT_SERVING, new requests UNAVAILABLE, accepted ones answered within the
         grace; what cannot finish in it is refused as the server stopping (retryable)."""
         self._stopping = True
-        self.frontend.accepting = False  # before health says so: NOT_SERVING means refused
         self.notifier.stopping()
-        await self._set_health(False)
-        served, grace = self.frontend.current, self.cfg.server.grace_seconds
-        if served is not None:
-            try:
-                await asyncio.wait_for(served.client.idle.wait(), grace)
-            except TimeoutError:
-                left = served.client.outstanding
-                log.error("requests still running at the end of the grace period; refused",
-                          grace_s=grace, requests=left)
-                self.metrics.requests.labels(ServerStopping.reason).inc(left)
-                served.client.fail_all(ServerStopping(grace))
-        if self.server:
-            await self.server.stop(1.0)
-        if self.http:
-            await self.http.stop()
+        grace = self.cfg.server.grace_seconds
+        self._tell_workers("stop")  # they drain beside this process
+        await self.servers.drain(grace)
+        await self.servers.close()
+        await asyncio.gather(*(w.stop(grace + 5) for w in self.workers))
         if self.engine:
             self.engine.stop()
             try:
@@ -234,10 +222,6 @@ class Daemon:
         for task in self._tasks:
             task.cancel()
         shutil.rmtree(self._run_dir, ignore_errors=True)
-
-
-def _path(value: str) -> Path | None:
-    return Path(value) if value else None
 
 
 def _signal_name(code: int | None) -> str:

@@ -37,6 +37,12 @@ def check_listeners(cfg: Config) -> None:
         raise ConfigError(f"{cfg.source}: tls.cert and tls.key go together")
     if tls.client_ca and not tls.cert:
         raise ConfigError(f"{cfg.source}: tls.client_ca needs tls.cert and tls.key")
+    shared = [a for a in (*cfg.server.listen, cfg.http.address)
+              if a.startswith("unix:")] if cfg.server.frontends > 1 else []
+    if shared:
+        raise ConfigError(f"{cfg.source}: server.frontends {cfg.server.frontends} needs TCP "
+                          f"listeners (they share a port); {shared[0]!r} is a unix socket",
+                          key="frontends")
     for addr in cfg.server.listen:
         if not tls.cert and not is_loopback(addr) and not tls.allow_insecure_tcp:
             raise ConfigError(

@@ -8,7 +8,9 @@
 # TOKENIZER.gguf: the model's tokenizer fields alone (the 270M's, 6 MB); the sdist:
 # llama-cpp-python's source, built here for the CPU (its tokenizer only, ~2 min). Wheels in
 # .whl/ as for scripts/gpu_run.sh. Results go to $OUT. Settings: CLIENTS, PER_CLIENT,
-# PROCS (client processes), MAX_BATCH, MAX_QUEUE.
+# PROCS (client processes), MAX_BATCH, MAX_QUEUE, FRONTENDS (front-end processes; past 1
+# the daemon listens on loopback TCP, LISTEN, which they share). A llama-cpp-python wheel
+# beside the sdist (built for the CPU elsewhere: it is pure ctypes) is installed instead.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}
@@ -18,7 +20,10 @@ python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /
 pkg=/tmp/pkg
 bash "$here/scripts/layout_package.sh" "$here" "$pkg"
 export PYTHONPATH=$pkg:/tmp/site PYTHONUNBUFFERED=1
-if ! python3 -c 'import llama_cpp' 2>/dev/null; then
+wheel=$(ls "$(dirname "$sdist")"/llama_cpp_python-*.whl 2>/dev/null | head -1)
+if [ -n "$wheel" ]; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheel"
+elif ! python3 -c 'import llama_cpp' 2>/dev/null; then
   mkdir -p /tmp/llama && tar xzf "$sdist" -C /tmp/llama
   (cd /tmp/llama/llama_cpp_python-*/ && CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=off" \
     CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip wheel -q --no-build-isolation --no-deps \
@@ -35,18 +40,20 @@ from decider.engines.random_gguf import SHAPES, write_tiny_gemma3
 write_tiny_gemma3(Path(sys.argv[1]), np.random.default_rng(0), tokenizer_from=Path(sys.argv[2]),
                   **SHAPES["gemma-3-270m"])
 EOF
-sock=/tmp/decider.sock
-python3 -m decider.cli serve --model "$model" --engine triton --listen "unix://$sock" \
+frontends=${FRONTENDS:-1}
+listen=${LISTEN:-$([ "$frontends" = 1 ] && echo unix:///tmp/decider.sock || echo 127.0.0.1:50051)}
+python3 -m decider.cli serve --model "$model" --engine triton --listen "$listen" \
   --http 127.0.0.1:8080 --max-batch "${MAX_BATCH:-128}" --max-queue "${MAX_QUEUE:-4096}" \
-  > "$out/daemon.log" 2>&1 &
+  --frontends "$frontends" > "$out/daemon.log" 2>&1 &
 daemon=$!
 t0=$SECONDS
-until python3 -m decider.cli health "unix://$sock" 2>/dev/null | grep -q SERVING; do
+until python3 -m decider.cli health "$listen" 2>/dev/null | grep -q SERVING; do
   kill -0 $daemon 2>/dev/null || { tail -30 "$out/daemon.log"; exit 1; }
   sleep 0.5
 done
-echo "SERVING $((SECONDS - t0)) s after the start" | tee "$out/bench_daemon.txt"
-python3 - "$sock" <<'EOF' 2>&1 | tee -a "$out/bench_daemon.txt"
+echo "SERVING $((SECONDS - t0)) s after the start, $frontends front-end processes" \
+  | tee "$out/bench_daemon.txt"
+python3 - "$listen" <<'EOF' 2>&1 | tee -a "$out/bench_daemon.txt"
 # the first calls after READY: none may pay a compilation
 import asyncio, sys, time
 import grpc
@@ -54,7 +61,7 @@ from decider.bench_service import requests
 from decider.v1 import decider_pb2_grpc as pb_grpc
 from decider.wire import request_to_proto
 async def main():
-    async with grpc.aio.insecure_channel(f"unix://{sys.argv[1]}") as ch:
+    async with grpc.aio.insecure_channel(sys.argv[1]) as ch:
         stub = pb_grpc.DeciderStub(ch)
         for n in (1, 30, 128, 30):
             batch = [request_to_proto(r) for r in requests(120, n)]
@@ -63,7 +70,7 @@ async def main():
             print(f"first calls after READY: {n} requests at once, {1000 * (time.perf_counter() - t0):.1f} ms")
 asyncio.run(main())
 EOF
-python3 -m decider.cli bench "$model" --engine triton --server "unix://$sock" \
+python3 -m decider.cli bench "$model" --engine triton --server "$listen" \
   --clients "${CLIENTS:-1,64,256,1024}" --per-client "${PER_CLIENT:-40}" \
   --client-processes "${PROCS:-8}" --max-batch "${MAX_BATCH:-128}" 2>&1 \
   | tee -a "$out/bench_daemon.txt" | tail -12

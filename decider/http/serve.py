@@ -91,7 +91,8 @@ def check_http(cfg: Config) -> HttpPlan:
     return HttpPlan(host, int(port), "", keys, cert, key, client_ca)
 
 
-def _bind(plan: HttpPlan, socket_group: str) -> socket.socket:
+def _bind(plan: HttpPlan, socket_group: str, shared: bool) -> socket.socket:
+    """shared: several front-end processes listen on this port (SO_REUSEPORT)."""
     if plan.path:
         Path(plan.path).unlink(missing_ok=True)  # a socket left by a previous run
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -105,6 +106,8 @@ def _bind(plan: HttpPlan, socket_group: str) -> socket.socket:
     family = socket.AF_INET6 if ":" in plan.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((plan.host, plan.port))
     return sock
 
@@ -194,7 +197,7 @@ async def serve_http(cfg: Config, frontend: Frontend, metrics: Metrics | None = 
         ssl_cert_reqs=ssl.CERT_REQUIRED if plan.client_ca else ssl.CERT_NONE)
     try:
         config.load()  # reads the TLS files
-        sock = _bind(plan, cfg.server.socket_group)
+        sock = _bind(plan, cfg.server.socket_group, cfg.server.frontends > 1)
     except (OSError, ssl.SSLError) as e:
         raise ConfigError(f"{cfg.source}: http: cannot serve {h.address}: {e}") from e
     _route_uvicorn_logs()

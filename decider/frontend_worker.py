@@ -1,0 +1,99 @@
+"""Extra front-end processes (`decider serve --frontends N`): where one process's Python
+work per request (gRPC, planning, answers) cannot keep the engine busy, several share the
+TCP listeners and talk to the one engine process, each over its own ZeroMQ socket.
+
+The daemon process stays the supervisor: it tells each worker, over a pipe, which engine
+process serves (`("serve", facts, address, limits)`), that none does (`("down", error)`: the
+requests it held are refused with that error), and when to drain and stop (`("stop",)`).
+A worker whose daemon is gone drains and exits too. Spawned, never forked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import sys
+
+from .config import Config
+
+
+def worker_main(cfg: Config, conn) -> None:
+    from .logs import configure
+
+    configure(level=cfg.server.log_level, fmt=cfg.server.log_format, stream=sys.stdout)
+    asyncio.run(_serve(cfg, conn))
+
+
+async def _serve(cfg: Config, conn) -> None:
+    from .frontend import Served
+    from .metrics import Metrics
+    from .serving import Servers
+
+    servers = Servers(cfg, Metrics())
+    await servers.set_health(False)
+    await servers.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    async def swap(message: tuple) -> None:
+        old = servers.frontend.current
+        if message[0] == "serve":
+            servers.frontend.current = Served.open(*message[1:])
+        else:
+            servers.frontend.current = None
+            if old is not None:
+                old.client.fail_all(message[1])
+        await servers.set_health(servers.frontend.current is not None)
+        if old is not None:  # the old engine answers what it holds, then goes
+            await old.client.idle.wait()
+            await old.client.close()
+
+    def on_message() -> None:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the daemon is gone
+            loop.remove_reader(conn.fileno())
+            return stop.set()
+        if message[0] == "stop":
+            stop.set()
+        else:
+            loop.create_task(swap(message))
+
+    loop.add_reader(conn.fileno(), on_message)
+    await stop.wait()
+    await servers.drain(cfg.server.grace_seconds)
+    await servers.close()
+
+
+class FrontendWorker:
+    """The daemon's handle on one extra front-end process."""
+
+    def __init__(self, cfg: Config) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=worker_main, args=(cfg, child),
+                                   name="decider-frontend", daemon=True)
+        self.process.start()
+        child.close()
+        loop = asyncio.get_running_loop()
+        self.ended = loop.create_future()  # its exit code, once it is gone
+        loop.add_reader(self.process.sentinel, self._on_exit)
+
+    def _on_exit(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.process.sentinel)
+        self.process.join()
+        if not self.ended.done():
+            self.ended.set_result(self.process.exitcode)
+
+    def send(self, *message) -> None:
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, OSError):  # it is gone: the daemon's watch says so
+            pass
+
+    async def stop(self, timeout: float) -> None:
+        self.send("stop")
+        try:
+            await asyncio.wait_for(asyncio.shield(self.ended), timeout)
+        except TimeoutError:
+            self.process.kill()
