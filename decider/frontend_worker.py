@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import sys
+
+import structlog
 
 from .config import Config
 
@@ -32,6 +35,7 @@ async def _serve(cfg: Config, conn) -> None:
     servers = Servers(cfg, Metrics())
     await servers.set_health(False)
     await servers.start()
+    structlog.get_logger("decider.server").info("front-end process started", pid=os.getpid())
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
