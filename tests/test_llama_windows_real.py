@@ -86,7 +86,7 @@ def test_every_length_around_the_window_fits_and_matches_plain_decodes(
     lengths = sorted({n for k in range(1, N_CTX // WINDOW + 1)
                       for n in (WINDOW * k - 1, WINDOW * k, WINDOW * k + 1)
                       if n + longest <= N_CTX} | {N_CTX - longest})
-    text = (engine.info.bos_id, *tok(words(np.random.default_rng(19), 7000)))
+    text = (engine.info.bos_id, *tok(words(np.random.default_rng(19), 9000)))
     assert len(text) >= N_CTX
     done = 0  # the plain sequence grows from one length to the next
     gaps = []
