@@ -6,8 +6,9 @@ them into a plausible-looking answer, so each is refused here:
 - a logit equal to the engine's sentinel;
 - a non-finite logit or logsumexp;
 - all selected logits exactly zero;
-- an answer-position row (label logits + full-vocabulary logsumexp) identical to one
-  from the previous pass for a different prompt. Identical prompts legitimately give
+- an answer-position row whose full-vocabulary logsumexp is, to the bit, one of the
+  previous pass's for a different prompt (the label logits alone would not do: a stale
+  row read for other labels shows other values). Identical prompts legitimately give
   identical rows, so only a different prompt makes it a tell.
 """
 
@@ -36,7 +37,8 @@ class LogitsGuard:
                     for node in nodes:
                         self._check_row(node.logits, node.logsumexp)
                     root = nodes[0]
-                    key = root.logits.tobytes() + np.float64(root.logsumexp).tobytes()
+                    key = (np.float64(root.logsumexp).tobytes() if root.logsumexp is not None
+                           else root.logits.tobytes())
                     prompt = hash((job.prefix, branch.suffix))
                     if self._previous.get(key, prompt) != prompt:
                         raise EngineNoLogits("the row is the previous pass's, left unwritten")

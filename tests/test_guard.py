@@ -18,8 +18,8 @@ def row(values, lse=12.5):
     return [[(NodeLogits((), (5, 7), np.asarray(values, np.float32), lse),)]]
 
 
-def fresh(rng):
-    return rng.normal(0, 4, 2).astype(np.float32)
+def fresh(rng, n=2):
+    return rng.normal(0, 4, n).astype(np.float32)
 
 
 def test_a_written_row_passes(rng):
@@ -56,3 +56,14 @@ def test_the_same_prompt_may_give_the_same_row_again(rng):
     values = fresh(rng)
     guard.check([job()], row(values))
     guard.check([job()], row(values))
+
+
+def test_the_previous_pass_row_read_for_other_labels_is_stale(rng):
+    """A stale buffer read for another question's labels shows other label logits; its
+    full-vocabulary logsumexp is still the previous pass's, to the bit."""
+    guard = LogitsGuard(SENTINEL)
+    guard.check([job((2, 10, 11))], row(fresh(rng), lse=13.25))
+    other = ScoreJob((2, 10, 11), (Branch((20, 22), ((5,), (7,), (9,))),))
+    stale = [[(NodeLogits((), (5, 7, 9), fresh(rng, 3), 13.25),)]]
+    with pytest.raises(EngineNoLogits, match="previous pass"):
+        guard.check([other], stale)
