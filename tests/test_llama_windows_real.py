@@ -22,9 +22,12 @@ from helpers.real_prompts import words
 pytestmark = pytest.mark.slow
 
 N_CTX, WINDOW, N_BATCH, N_PARALLEL = 8192, 512, 512, 4
-# flash attention's fp16 sums against exact ones, on this base model and these texts:
-# measured up to 0.083 (prefix 3,073; docs/design.md), so 0.12
-P_TOL = 0.12
+# flash attention's fp16 sums against exact ones, on this base model and these texts
+# (docs/design.md): yes/no measured up to 0.083 (prefix 3,073), so 0.12; the four-way
+# choice of multi-token labels moves more (0.122 at prefix 5,119, at its answer position
+# already), so 0.3. The layout's own arithmetic is proven exactly on the tiny model
+# (test_llama_windows.py); here: every length answered, near the plain decode.
+P_TOL, CHOICE_TOL = 0.12, 0.3
 KIB = 1024  # K and V of one cell in one layer: 1 KV head x 256 dims x 2 x fp16
 
 
@@ -106,7 +109,8 @@ def test_every_length_around_the_window_fits_and_matches_plain_decodes(
                                 branch.candidates)
             want = probabilities(plain_nodes(plain, n, branch), branch.candidates)
             gaps.append(np.abs(got - want).max())
-            assert gaps[-1] <= P_TOL, f"prefix {n}: {got} against {want}"
+            tol = P_TOL if len(branch.candidates) == 2 else CHOICE_TOL
+            assert gaps[-1] <= tol, f"prefix {n}: {got} against {want}"
     assert job.window_tokens() == N_CTX
     print(f"{len(gaps)} branches, |p gap| median {np.median(gaps):.4f} max {max(gaps):.4f}")
 
@@ -126,9 +130,10 @@ def test_the_kv_memory_is_the_bounded_sliding_window_arithmetic(engine, model_pa
 
 
 def test_a_request_near_the_largest_window_is_answered(catalog):
-    from decider import Decider, YesNo
+    from decider import Decider, Limits, YesNo
 
-    with Decider("gemma-3-270m", catalog=catalog, n_ctx=32768) as d:
+    with Decider("gemma-3-270m", catalog=catalog, n_ctx=32768,
+                 limits=Limits(max_work_tokens=2 * 32768)) as d:
         pool = words(np.random.default_rng(32768), 33000).split()
         n = len(pool)
         while len(d.engine.tokenize(" ".join(pool[:n]))) > 32768 - 40:

@@ -32,7 +32,8 @@ def test_markup_in_every_user_field_stays_text(decider, fmt):
     ), instructions=f"Answer {MARKUP}")
     plan = build_plan(request, FORMATS[fmt], tok, decider.engine.info.bos_id)
     ids = all_ids(plan)
-    template = {"plain": [], "gemma-chat": [105, 106]}[fmt]
+    # Gemma 4's markers are not tokens of Gemma 3's vocabulary: text there, no control ids
+    template = {"plain": [], "gemma-chat": [105, 106], "gemma4-chat": []}[fmt]
     markers = [t for t in ids if t in CONTROL.values() or t == 212]
     # BOS and the template's markers, nothing from the user: a chat turn opens once in
     # the prefix and once a branch; the user's spelled control tokens are text
