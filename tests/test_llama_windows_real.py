@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slow
 N_CTX, WINDOW, N_BATCH, N_PARALLEL = 8192, 512, 512, 4
 # flash attention's fp16 sums against exact ones, on this base model and these texts
 # (docs/design.md): yes/no measured up to 0.083 (prefix 3,073), so 0.12; the four-way
-# choice of multi-token labels moves more (0.122 at prefix 5,119, at its answer position
-# already), so 0.3. The layout's own arithmetic is proven exactly on the tiny model
+# choice of multi-token labels moves more (up to 0.147, at its answer position already),
+# so 0.3. The layout's own arithmetic is proven exactly on the tiny model
 # (test_llama_windows.py); here: every length answered, near the plain decode.
 P_TOL, CHOICE_TOL = 0.12, 0.3
 KIB = 1024  # K and V of one cell in one layer: 1 KV head x 256 dims x 2 x fp16
