@@ -54,7 +54,7 @@ class Daemon:
     # -- start ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self._set_health(False)
+        await self.servers.set_health(False)
         check_listeners(self.cfg)
         self.notifier.status("loading the model")
         self.engine, self.frontend.current = await self._start_engine(self.cfg)
@@ -66,7 +66,7 @@ class Daemon:
         metrics_port = None
         if self.cfg.server.metrics_port is not None:
             metrics_port = self.metrics.serve(self.cfg.server.metrics_port)
-        await self._set_health(True)
+        await self.servers.set_health(True)
         if self.notifier.watchdog_seconds:
             self._tasks.append(asyncio.create_task(self._watchdog()))
         facts = self.frontend.current.facts
@@ -106,9 +106,6 @@ class Daemon:
         for worker in self.workers:
             worker.send(*message)
 
-    async def _set_health(self, serving: bool) -> None:
-        await self.servers.set_health(serving)
-
     # -- an engine's end ----------------------------------------------------------------
 
     async def _watch(self, engine: EngineProcess, served: Served) -> None:
@@ -125,7 +122,7 @@ class Daemon:
         self.frontend.current = None
         self.down_since = time.monotonic()
         self.metrics.engine_up.set(0)
-        await self._set_health(False)
+        await self.servers.set_health(False)
         reason = "an engine failure" if code == EXIT_ENGINE_FAILED else f"exit code {code}"
         log.error("reloading the model after an engine failure", exit_code=code,
                   signal=_signal_name(code), answered=answered)
@@ -138,7 +135,7 @@ class Daemon:
             return self._give_up("reload failed", error=str(e))
         self._announce(self.cfg.limits)
         self._engine_up()
-        await self._set_health(True)
+        await self.servers.set_health(True)
         self.notifier.status(f"serving {self.frontend.current.facts.name}")
         log.info("reloaded")
 
