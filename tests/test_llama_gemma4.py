@@ -1,8 +1,8 @@
 """The llama.cpp engine on tiny random Gemma 4 GGUFs (tests/helpers/gemma4_models.py, and
 26B-A4B's mixture of experts): swa_full off and the caches it allocated, checked as for
-Gemma 3; p_yes against the transformers reference within the Gemma 3 tests' bounds; a
-shared prefix equal to plain one-sequence decodes; and the field note's arithmetic on
-a model of 31B's attention layout. Fresh random weights and prompts (seeds printed)."""
+Gemma 3; p_yes against the transformers reference (Q4_0 within its measured noise, F32
+weights tighter); a shared prefix equal to plain one-sequence decodes; and the field
+note's arithmetic on a model of 31B's attention layout. Fresh random weights and prompts (seeds printed)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from decider.engines.random_gemma4 import (  # noqa: E402
 )
 from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW  # noqa: E402
 from helpers.plain_llama import plain_llama, plain_rows  # noqa: E402
-from helpers.real_prompts import assert_within_llama_bounds, p_yes_gaps  # noqa: E402
+from helpers.real_prompts import p_yes_gaps  # noqa: E402
 from helpers.seeds import seeded  # noqa: E402
 from helpers.tiny import rand_ids  # noqa: E402
 
@@ -34,6 +34,13 @@ N_CTX = 4096
 # (0.002-0.008 measured on these models); a layout it read differently (donors, K = V,
 # the RoPE pairs) moves logits by far more
 F32_TOL = 0.03
+# Q4_0 llama.cpp (activations quantized to 8 bits for its matmuls, an fp16 KV cache)
+# against the fp32 reference on the same dequantized weights, 24 random prompts: over 30
+# run seeds x 3 layouts the p95 gap reached 0.072 and the max 0.098 (median 0.004-0.011).
+# A random tiny model amplifies that noise more than the real gemma-3-270m does (whose
+# bounds, 0.06 / 0.1, these exceed on about 1 run in 8); the layout itself is held to
+# F32_TOL below
+Q4_P95_TOL, Q4_MAX_TOL = 0.09, 0.13
 
 
 def cells(n: int) -> int:
@@ -67,7 +74,7 @@ def test_swa_full_is_off_and_shared_layers_have_no_cache(tiny):
     assert engine.info.memory["kv"] == full_bytes + swa_bytes
 
 
-def test_p_yes_matches_the_reference_within_the_gemma3_bounds(tiny):
+def test_p_yes_on_qat_q4_0_matches_the_reference(tiny):
     name, path, engine = tiny
     reference = load_engine("reference", path, N_CTX)
     rng = seeded("prompts")
@@ -81,7 +88,7 @@ def test_p_yes_matches_the_reference_within_the_gemma3_bounds(tiny):
     gaps = p_yes_gaps(ours, theirs)
     print(f"{name}: |p_yes gap| median {np.median(gaps):.4f} p95 {np.percentile(gaps, 95):.4f} "
           f"max {gaps.max():.4f}")
-    assert_within_llama_bounds(gaps)
+    assert np.percentile(gaps, 95) <= Q4_P95_TOL and gaps.max() <= Q4_MAX_TOL, gaps
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
