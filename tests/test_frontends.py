@@ -7,25 +7,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from helpers.daemon import alive, health_status, spawn
+from helpers.daemon import alive, free_port, health_status, spawn
 
 from decider import YesNo
 from decider.client import DeciderClient
 
 QUESTIONS = [YesNo("Is this about money?"), YesNo("Is the customer unhappy?")]
 TEXTS = ["I was charged twice.", "My parcel is late.", "Thanks, all good!"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker_pids(daemon) -> list[int]:

@@ -11,7 +11,7 @@ from dataclasses import replace
 import httpx2
 import pytest
 from helpers.daemon_thread import KEY, MODEL, DaemonThread
-from test_tls import write_pki
+from helpers.pki import write_pki
 from typesafe_sdk import RetryPolicy, TypeSafeAPIConnectionError, TypeSafeClient
 
 from decider.config import Config, HttpSection, TlsSection, parse_config

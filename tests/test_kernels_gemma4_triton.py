@@ -22,8 +22,8 @@ triton = pytest.importorskip("triton", reason="triton is not installed (the gpu 
 from decider.kernels import embed, embed_triton, fused, fused_triton  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels import qmatmul_triton as qmt  # noqa: E402
+from helpers.qweights import close, random_qweight  # noqa: E402
 from helpers.trees import draw  # noqa: E402
-from test_kernels_triton import close, random_qweight  # noqa: E402
 
 
 def test_add_rms_norm_with_the_layer_scalar_and_without_a_next_norm():

@@ -25,6 +25,7 @@ if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
 os.environ["TRITON_INTERPRET"] = "1"
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
+from helpers.qweights import close, random_qweight  # noqa: E402
 from helpers.trees import draw, forest_inputs, random_job  # noqa: E402
 
 from decider.kernels import arrivals, fused, fused_triton  # noqa: E402
@@ -41,20 +42,6 @@ from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton  # 
 
 # every test draws from torch's global generator: seeded by the rng fixture
 pytestmark = pytest.mark.usefixtures("rng")
-
-
-def close(got: torch.Tensor, want: torch.Tensor) -> None:
-    tol = 1e-4 * float(want.abs().max())
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=tol)
-
-
-def random_qweight(n: int, k: int, bits: int, group: int) -> qm.QWeight:
-    scale = torch.rand(n, k // group) * 0.1 + 0.01
-    if bits == 4:
-        codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8)
-        return qm.QWeight(codes, scale, -8 * scale + torch.randn_like(scale) * 0.01, group, 4)
-    codes = torch.randint(-128, 128, (n, k), dtype=torch.int8)
-    return qm.QWeight(codes, scale, None, group, 8)
 
 
 # (bits, group, M range, N range, groups along K): M <= 16 takes the 16-row tile, more rows

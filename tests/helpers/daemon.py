@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -75,6 +76,12 @@ class Daemon:
                 return pids[0]
             time.sleep(0.05)
         raise AssertionError(f"no engine process but {other_than}: {self.engine_pids()}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def alive(pid: int) -> bool:
