@@ -105,9 +105,16 @@ class AsyncDeciderClient:
 
     async def decide(self, text: str, questions: Sequence[Question], *,
                      instructions: str = "", model: str = "") -> Decision:
-        request = request_to_proto(Request(text, tuple(questions), instructions), model)
+        return await self.decide_request(Request(text, tuple(questions), instructions), model)
+
+    async def decide_request(self, request: Request, model: str = "") -> Decision:
+        return decision_from_proto(await self.decide_raw(request, model))
+
+    async def decide_raw(self, request: Request, model: str = "") -> pb.DecideResponse:
+        """The full response: answers, usage, timings and provenance."""
         try:
-            return decision_from_proto(await self._stub.Decide(request, timeout=self.timeout))
+            return await self._stub.Decide(request_to_proto(request, model),
+                                           timeout=self.timeout)
         except grpc.RpcError as e:
             raise _remote_error(e) from None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import pickle
+import time
 
 import structlog
 import zmq
@@ -47,7 +48,7 @@ class EngineClient:
         rid = next(self._ids)
         future = self._pending[rid] = asyncio.get_running_loop().create_future()
         self.idle.clear()
-        self._send(("score", rid, deadline, job))
+        self._send(("score", rid, deadline, time.monotonic(), job))
         try:
             return await future
         except asyncio.CancelledError:  # the caller went away: free its place

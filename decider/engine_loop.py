@@ -3,10 +3,13 @@
 A request over the work bound is refused as it arrives. The moment the engine is free it
 takes everything waiting (up to `max_batch` requests, in arrival order) into one engine
 call. A request whose deadline passed while it waited, or whose front end cancelled it,
-never reaches the engine; one past `max_queue` waiting is refused at once. Results go back raw but guarded, one message per front end per call.
+never reaches the engine; one past `max_queue` waiting is refused at once. Between the
+chunks of a call (engines that have them) the loop reads its socket again: a request
+cancelled or past its deadline by then is dropped from the rest of the call. Results go
+back raw but guarded, one message per front end per call.
 
 Messages are pickled lists of operations (front end -> engine):
-    ("score", rid, deadline, job)   deadline: time.monotonic() seconds, system-wide
+    ("score", rid, deadline, sent, job)   deadline, sent: time.monotonic(), system-wide
     ("cancel", rid)
 and of outcomes (engine -> front end): (rid, results, queue_ms, compute_ms) or (rid, error).
 """
@@ -21,7 +24,7 @@ import structlog
 import zmq
 
 from .engines import Engine, ScoreJob
-from .errors import DeadlineExceeded, DeciderError, EngineFailure, QueueFull
+from .errors import Cancelled, DeadlineExceeded, DeciderError, EngineFailure, QueueFull
 from .guard import LogitsGuard, guarded_score
 from .metrics import Metrics
 from .plan import check_work
@@ -42,7 +45,8 @@ class _Waiting:
     rid: int
     job: ScoreJob
     deadline: float | None
-    arrived: float
+    sent: float  # by the front end: queue time counts from there
+    cancelled: bool = False
 
 
 class EngineLoop:
@@ -56,6 +60,7 @@ class EngineLoop:
         self.max_queue = max_queue
         self.busy = busy  # shared double: monotonic start of the running call, 0 when idle
         self._waiting: dict[tuple[bytes, int], _Waiting] = {}  # arrival order
+        self._running: dict[tuple[bytes, int], _Waiting] = {}  # in the engine call now
         self._replies: dict[bytes, list] = {}
 
     def serve(self, sock: zmq.Socket, control) -> int:
@@ -72,7 +77,7 @@ class EngineLoop:
             if control.fileno() in ready and control.poll():  # zmq gives back its fd
                 stopping = control.recv() == "stop" or stopping
             batch = self._take()
-            failed = bool(batch) and self._call(batch)
+            failed = bool(batch) and self._call(batch, sock)
             self._flush(sock)
             if failed:
                 return EXIT_ENGINE_FAILED
@@ -80,7 +85,6 @@ class EngineLoop:
                 return EXIT_STOPPED
 
     def _receive(self, sock: zmq.Socket) -> None:
-        now = time.monotonic()
         while True:
             try:
                 sender, payload = sock.recv_multipart(zmq.NOBLOCK)
@@ -88,7 +92,7 @@ class EngineLoop:
                 return
             for op in pickle.loads(payload):
                 if op[0] == "score":
-                    _, rid, deadline, job = op
+                    _, rid, deadline, sent, job = op
                     try:  # the work bound needs the engine's layout: checked here
                         check_work(self.engine, job, self.limits)
                     except DeciderError as e:
@@ -99,9 +103,12 @@ class EngineLoop:
                             f"the queue is full ({self.max_queue} requests waiting)",
                             max_queue=self.max_queue)))
                     else:
-                        self._waiting[sender, rid] = _Waiting(sender, rid, job, deadline, now)
+                        self._waiting[sender, rid] = _Waiting(sender, rid, job, deadline, sent)
                 elif op[0] == "cancel":
-                    self._waiting.pop((sender, op[1]), None)
+                    w = self._waiting.pop((sender, op[1]), None) or \
+                        self._running.get((sender, op[1]))
+                    if w is not None:
+                        w.cancelled = True
 
     def _take(self) -> list[_Waiting]:
         batch, now = [], time.monotonic()
@@ -115,14 +122,26 @@ class EngineLoop:
         self.metrics.queue_depth.set(len(self._waiting))
         return batch
 
-    def _call(self, batch: list[_Waiting]) -> bool:
+    def _call(self, batch: list[_Waiting], sock: zmq.Socket) -> bool:
         """One engine call; True when the engine failed and must be replaced."""
         self.busy.value = started = time.monotonic()
         self.metrics.engine_busy.set(1)
         self.metrics.engine_calls.inc()
         self.metrics.engine_requests.inc(len(batch))
+        self._running = {(w.sender, w.rid): w for w in batch}
+
+        def stop(i: int) -> DeciderError | None:
+            self._receive(sock)  # cancellations sent since the call began
+            w = batch[i]
+            if w.cancelled:
+                return Cancelled("the request was cancelled while the engine worked on it")
+            if w.deadline is not None and time.monotonic() >= w.deadline:
+                return DeadlineExceeded("the deadline passed while the engine worked on "
+                                        "the request")
+            return None
+
         try:
-            results = guarded_score(self.engine, self.guard, [w.job for w in batch])
+            results = guarded_score(self.engine, self.guard, [w.job for w in batch], stop)
         except Exception as e:  # the call itself failed: all of it fails
             error = e if isinstance(e, DeciderError) else EngineFailure(
                 f"the engine call failed: {type(e).__name__}: {e}")
@@ -133,12 +152,13 @@ class EngineLoop:
                 self._reply(w.sender, (w.rid, error))
             return error.kind == "internal"  # out of memory: that call only, no reload
         finally:
+            self._running = {}
             self.busy.value = 0.0
             self.metrics.engine_busy.set(0)
         compute_ms = 1000 * (time.monotonic() - started)
         for w, r in zip(batch, results, strict=True):
-            self._reply(w.sender, (w.rid, r) if isinstance(r, DeciderError) else
-                        (w.rid, r, 1000 * (started - w.arrived), compute_ms))
+            self._reply(w.sender, (w.rid, r) if isinstance(r, Exception) else
+                        (w.rid, r, 1000 * (started - w.sent), compute_ms))
         return False
 
     def _reply(self, sender: bytes, outcome: tuple) -> None:

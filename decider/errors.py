@@ -18,7 +18,8 @@ class FieldViolation:
 class DeciderError(Exception):
     """Base class. `reason` is an UPPER_SNAKE constant; `metadata` holds string details."""
 
-    kind = "internal"  # invalid not_found out_of_range exhausted unavailable deadline internal
+    kind = "internal"  # invalid not_found out_of_range exhausted unavailable deadline
+    # cancelled internal
     reason = "INTERNAL"
 
     def __init__(self, message: str, **metadata: object) -> None:
@@ -181,3 +182,10 @@ class ServerStopping(Unavailable):
 class DeadlineExceeded(DeciderError):
     kind = "deadline"
     reason = "DEADLINE_EXCEEDED"
+
+
+class Cancelled(DeciderError):
+    """The caller went away; its answer would reach no one."""
+
+    kind = "cancelled"
+    reason = "CANCELLED"

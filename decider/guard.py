@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from decider.engines.base import BranchResult, Engine, ScoreJob
+from decider.engines.base import BranchResult, Engine, ScoreJob, Stop
 
 from .errors import ActivationOverflow, EngineNoLogits
 
@@ -28,11 +28,15 @@ class LogitsGuard:
         self._sentinel = sentinel
         self._previous: dict[bytes, int] = {}  # answer-row fingerprint -> prompt hash
 
-    def check(self, jobs: Sequence[ScoreJob], results: Sequence[Sequence[BranchResult]]) -> None:
-        """Raise EngineNoLogits on the first row no forward pass can have written."""
+    def check(self, jobs: Sequence[ScoreJob],
+              results: Sequence[Sequence[BranchResult] | Exception]) -> None:
+        """Raise EngineNoLogits on the first row no forward pass can have written (a job
+        stopped before its end has no rows)."""
         current: dict[bytes, int] = {}
         try:
             for job, branches in zip(jobs, results, strict=True):
+                if isinstance(branches, Exception):
+                    continue
                 for branch, nodes in zip(job.branches, branches, strict=True):
                     for node in nodes:
                         self._check_row(node.logits, node.logsumexp)
@@ -57,16 +61,18 @@ class LogitsGuard:
             raise EngineNoLogits("the row is all zeros across the label tokens")
 
 
-def guarded_score(engine: Engine, guard: LogitsGuard, jobs: Sequence[ScoreJob]
-                  ) -> list[list[BranchResult] | ActivationOverflow]:
-    """One engine call for the jobs, its rows checked by the guard. A job whose
-    activations overflow gets that error as its result: when a call of several overflows,
-    its jobs are scored again one by one, so only the job at fault is refused."""
+def guarded_score(engine: Engine, guard: LogitsGuard, jobs: Sequence[ScoreJob],
+                  stop: Stop | None = None) -> list[list[BranchResult] | Exception]:
+    """One engine call for the jobs, its rows checked by the guard; a job that `stop`
+    ended has its error as its result. So does a job whose activations overflow: when a
+    call of several overflows, its jobs are scored again one by one, so only the job at
+    fault is refused."""
     try:
-        results = engine.score(jobs)
+        results = engine.score(jobs, stop)
         guard.check(jobs, results)
         return results
     except ActivationOverflow as e:
         if len(jobs) == 1:
             return [e]
-    return [guarded_score(engine, guard, [job])[0] for job in jobs]
+    return [guarded_score(engine, guard, [job], stop and (lambda _, i=i: stop(i)))[0]
+            for i, job in enumerate(jobs)]

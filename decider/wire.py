@@ -31,6 +31,7 @@ CODES = {
     "exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "unavailable": grpc.StatusCode.UNAVAILABLE,
     "deadline": grpc.StatusCode.DEADLINE_EXCEEDED,
+    "cancelled": grpc.StatusCode.CANCELLED,
     "internal": grpc.StatusCode.INTERNAL,
 }
 

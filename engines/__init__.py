@@ -8,7 +8,8 @@ from pathlib import Path
 
 from decider.errors import ConfigError
 
-from .base import Branch, BranchResult, Engine, EngineInfo, NodeLogits, ScoreJob, label_trie
+from .base import (Branch, BranchResult, Engine, EngineInfo, NodeLogits, ScoreJob, Stop,
+                   label_trie)
 
 # the `dtype` option of the torch engines (triton, reference): their activations
 DTYPES = ("bfloat16", "float16", "float32")
@@ -42,4 +43,4 @@ def load_engine(name: str, model_path: str | Path, n_ctx: int | None, **options)
 
 
 __all__ = ["DTYPES", "ENGINES", "Branch", "BranchResult", "Engine", "EngineInfo", "NodeLogits",
-           "ScoreJob", "label_trie", "load_engine"]
+           "ScoreJob", "Stop", "label_trie", "load_engine"]

@@ -6,7 +6,7 @@ plans the tokens, guards the rows and turns them into answers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -60,6 +60,8 @@ class NodeLogits:
 
 
 BranchResult = tuple[NodeLogits, ...]
+# Asked before each chunk of job i's work; an error returned is that job's result
+Stop = Callable[[int], Exception | None]
 
 
 def label_trie(candidates: Sequence[Tokens]) -> dict[Tokens, Tokens]:
@@ -126,7 +128,11 @@ class Engine(Protocol):
         """The tokens a score call places for `job` in this engine's layout: the measure
         of the work bound, checked before any compute."""
 
-    def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
-        """For each job, for each branch, the logits at every node of its label trie."""
+    def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
+              ) -> list[list[BranchResult] | Exception]:
+        """For each job, for each branch, the logits at every node of its label trie.
+        stop(i) is asked before each chunk of job i (a deadline passed, the caller gone):
+        the error it returns is job i's result and the rest of its work is skipped. An
+        engine whose call is one pass has no chunk to stop between and never asks."""
 
     def close(self) -> None: ...

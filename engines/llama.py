@@ -13,7 +13,7 @@ import ctypes
 import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,8 +23,8 @@ import structlog
 
 from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 
-from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Tokens, check_windows,
-                   label_trie, resolve_n_ctx)
+from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Stop, Tokens,
+                   check_windows, label_trie, resolve_n_ctx)
 from .faults import begin_pass
 from .llama_layout import (Copy, Decode, Entry, Remove, Step, alone_steps, shared_groups,
                            shared_steps)
@@ -169,11 +169,18 @@ class LlamaEngine:
         tries = [label_trie(b.candidates) for b in job.branches]
         return sum(len(s.entries) for s in self._steps(job, tries) if isinstance(s, Decode))
 
-    def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
+    def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
+              ) -> list[list[BranchResult] | Exception]:
         check_windows(jobs, self.info.n_ctx)
+        results: list[list[BranchResult] | Exception] = []
         with self._lock:
             fault = begin_pass("llama.cpp")
-            return [self._score_job(job, fault) for job in jobs]
+            for i, job in enumerate(jobs):
+                try:
+                    results.append(self._score_job(job, fault, stop and (lambda i=i: stop(i))))
+                except _Stopped as s:
+                    results.append(s.error)
+        return results
 
     def close(self) -> None:
         if getattr(self, "_batch", None) is not None:
@@ -188,13 +195,15 @@ class LlamaEngine:
 
     # -- one job ---------------------------------------------------------------------
 
-    def _score_job(self, job: ScoreJob, fault: str | None) -> list[BranchResult]:
+    def _score_job(self, job: ScoreJob, fault: str | None,
+                   stop: Callable[[], Exception | None] | None) -> list[BranchResult]:
         ll.llama_memory_clear(self._mem, True)
         tries = [label_trie(b.candidates) for b in job.branches]
         nodes: list[dict[Tokens, NodeLogits]] = [{} for _ in job.branches]
         for step in self._steps(job, tries):
             if isinstance(step, Decode):
-                for (bi, path), node in self._decode(step.entries, fault, tries).items():
+                for (bi, path), node in self._decode(step.entries, fault, tries,
+                                                     stop).items():
                     nodes[bi].setdefault(path, node)
             elif isinstance(step, Copy):
                 ll.llama_memory_seq_cp(self._mem, step.src, step.dst, step.p0, step.p1)
@@ -210,11 +219,14 @@ class LlamaEngine:
                 else alone_steps(job, tries, self._n_swa))
 
     def _decode(self, entries: Sequence[Entry], fault: str | None,
-                tries: list[dict[Tokens, Tokens]]) -> dict:
+                tries: list[dict[Tokens, Tokens]],
+                stop: Callable[[], Exception | None] | None) -> dict:
         """Feed entries in n_batch chunks; read each output right after its chunk."""
         read: dict[tuple[int, Tokens], NodeLogits] = {}
         batch = self._batch
         for start in range(0, len(entries), self._n_batch):
+            if stop is not None and (error := stop()) is not None:
+                raise _Stopped(error)
             chunk = entries[start : start + self._n_batch]
             outputs = []
             for i, e in enumerate(chunk):
@@ -293,12 +305,23 @@ def tokenize_with(vocab, text: str, special: bool = False) -> list[int]:
     return tokenize_with(vocab, text[:at]) + tokenize_with(vocab, text[at:])
 
 
+class _Stopped(Exception):
+    """The caller's stop ended a job between chunks; `error` is the job's result."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 def _logsumexp(row: np.ndarray) -> float:
-    finite = row[np.isfinite(row)]
-    if finite.size == 0:
-        return float("nan")
-    m = float(finite.max())
-    return m + float(np.log(np.exp(row.astype(np.float64) - m).sum()))
+    """In float32 with a float64 sum (8x faster than all in float64 over 262,144 logits).
+    A NaN anywhere gives NaN, a +inf gives inf: the guard refuses both."""
+    m = row.max()
+    if not np.isfinite(m):
+        finite = row[np.isfinite(row)]
+        if finite.size == 0 or np.isnan(m):
+            return float("nan")
+        return float("inf")
+    return float(m) + float(np.log(np.exp(row - m).sum(dtype=np.float64)))
 
 
 @contextmanager

@@ -22,8 +22,8 @@ from transformers.initialization import no_init_weights
 from decider.errors import ConfigError, EngineFailure
 
 from . import reference_models
-from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows, label_trie,
-                   resolve_n_ctx, trie_leaves)
+from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Stop, check_windows,
+                   label_trie, resolve_n_ctx, trie_leaves)
 from .checkpoints import has_tokenizer, read_text_model
 from .faults import begin_pass
 from .layers import activation_dtype
@@ -78,15 +78,18 @@ class ReferenceEngine:
         return sum(len(job.prefix) + len(b.suffix) + len(leaf) for b in job.branches
                    for leaf in trie_leaves(label_trie(b.candidates)))
 
-    def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
+    def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
+              ) -> list[list[BranchResult] | Exception]:
+        """A job is its chunk: stop is asked before each."""
         check_windows(jobs, self.info.n_ctx)
         with self._lock:
             fault = begin_pass("reference")
             if fault:  # no buffer of its own to leave unwritten: every such pass reads zeros
                 return [[self._zeros(b) for b in job.branches] for job in jobs]
             with torch.inference_mode():
-                return [[self._branch(job.prefix, b.suffix, b.candidates) for b in job.branches]
-                        for job in jobs]
+                return [(stop and stop(i)) or
+                        [self._branch(job.prefix, b.suffix, b.candidates) for b in job.branches]
+                        for i, job in enumerate(jobs)]
 
     def _branch(self, prefix, suffix, candidates) -> BranchResult:
         trie = label_trie(candidates)

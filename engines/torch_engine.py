@@ -25,8 +25,8 @@ import torch
 from decider.errors import ActivationOverflow, ConfigError, EngineFailure, EngineOutOfMemory
 from decider.kernels.columns import columns
 
-from .base import (Branch, BranchResult, EngineInfo, NodeLogits, ScoreJob, check_windows,
-                   resolve_n_ctx)
+from .base import (Branch, BranchResult, EngineInfo, NodeLogits, ScoreJob, Stop,
+                   check_windows, resolve_n_ctx)
 from .checkpoints import has_tokenizer, read_text_model
 from .cuda_graphs import HEAD_LABELS, HEAD_ROWS, GraphRunner
 from .faults import begin_pass
@@ -108,7 +108,10 @@ class TorchEngine:
         for n in (1, max_batch):
             self.score([job] * n)
 
-    def score(self, jobs: Sequence[ScoreJob]) -> list[list[BranchResult]]:
+    def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
+              ) -> list[list[BranchResult] | Exception]:
+        """The call's passes pack every job's tokens together: no job can stop alone, and
+        `stop` is never asked (a pass takes milliseconds)."""
         check_windows(jobs, self.info.n_ctx)
         if not jobs:
             return []

@@ -15,7 +15,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers.daemon import alive, error_details, health_status, spawn
 
-from decider import Choice, YesNo
+from decider import Choice, Request, YesNo
+from decider.bench_service import requests
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
 from decider.v1 import decider_pb2 as pb
 from decider.v1 import decider_pb2_grpc as pb_grpc
@@ -151,6 +152,34 @@ def test_work_over_the_bound_is_out_of_range_before_any_engine_pass(daemon):
     assert (e.code, e.reason) == (grpc.StatusCode.OUT_OF_RANGE, "WORK_TOO_LARGE")
     assert int(e.metadata["work_tokens"]) > int(e.metadata["max_work_tokens"]) == WORK_LIMIT
     assert seconds < 2
+
+
+def test_a_request_past_its_deadline_stops_holding_the_engine(tmp_path, model_path):
+    """A request of ~3,000 tokens (six 512-token chunks) sent with a deadline of a sixth
+    of the time it takes alone: DEADLINE_EXCEEDED, and the engine drops it at the next
+    chunk, so a short request queued behind it (one request per engine call) waits for
+    about a chunk, not for the rest of the long one."""
+    daemon = spawn(tmp_path, "--n-ctx", "4096", "--max-batch", "1")
+    long_request = requests(3000, 1)[0]
+    try:
+        with DeciderClient(daemon.address, timeout=300) as c:
+            alone_ms = c.decide_raw(long_request).timings.compute_ms
+
+        async def scenario():
+            async with AsyncDeciderClient(daemon.address, timeout=alone_ms / 6000) as late, \
+                    AsyncDeciderClient(daemon.address, timeout=300) as patient:
+                held = asyncio.create_task(late.decide_request(long_request))
+                await asyncio.sleep(0.2)  # the long request is in the engine
+                short = await patient.decide_raw(Request(TEXT, (YesNo("Refund?"),)))
+                with pytest.raises(RemoteError) as info:
+                    await held
+                return info.value, short
+
+        expired, short = asyncio.run(scenario())
+        assert expired.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert short.timings.queue_ms < alone_ms / 2, (short.timings.queue_ms, alone_ms)
+    finally:
+        assert daemon.stop() == 0
 
 
 def test_sigterm_answers_what_runs_and_refuses_what_comes_after(own_daemon):

@@ -49,6 +49,19 @@ def test_label_logits_match_the_reference(tiny):
     assert max(max_diff(g, w) for g, w in zip(engine.score(batch), want)) < TOL
 
 
+def test_the_reference_asks_stop_before_each_job_and_skips_the_stopped(tiny):
+    _, _, _, reference, batch, want = tiny
+    asked, error = [], TimeoutError("past its deadline")
+
+    def stop(i):
+        asked.append(i)
+        return error if i == 1 else None
+
+    got = reference.score(batch, stop)
+    assert asked == [0, 1, 2] and got[1] is error
+    assert max(max_diff(g, w) for g, w in zip(got[::2], want[::2])) == 0
+
+
 @pytest.mark.parametrize("n_batch", [7, 512])  # prefix chunks shorter than the window, or none
 @pytest.mark.parametrize("length", [WINDOW - 1, WINDOW + 1, 3 * WINDOW])
 def test_sliding_window_edges_and_the_cache_of_shared_layers(tiny, length, n_batch):

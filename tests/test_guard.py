@@ -67,3 +67,10 @@ def test_the_previous_pass_row_read_for_other_labels_is_stale(rng):
     stale = [[(NodeLogits((), (5, 7, 9), fresh(rng, 3), 13.25),)]]
     with pytest.raises(EngineNoLogits, match="previous pass"):
         guard.check([other], stale)
+
+
+def test_a_job_stopped_before_its_end_has_no_rows_to_check(rng):
+    stopped = TimeoutError("past its deadline")
+    LogitsGuard(SENTINEL).check([job(), job((2, 12))], [stopped, row(fresh(rng))[0]])
+    with pytest.raises(EngineNoLogits, match="sentinel"):
+        LogitsGuard(SENTINEL).check([job(), job((2, 12))], [stopped, row([SENTINEL, 1.0])[0]])

@@ -21,7 +21,9 @@ from typesafe_sdk import (
     TypeSafeRateLimitError,
 )
 
+from decider import YesNo
 from decider.answers import Outcome
+from decider.client import AsyncDeciderClient
 from decider.config import HttpSection, ServerSection
 from decider.http.mapping import parse_body, to_decider
 from decider.questions import Limits
@@ -56,16 +58,19 @@ def test_expired_and_abandoned_requests_never_reach_the_engine(cache_dir, model_
             return s.daemon.metrics.exposed().get_sample_value("decider_engine_requests_total")
 
         async def scenario():
-            async with httpx2.AsyncClient(base_url=s.url, headers=AUTH, timeout=60) as c:
-                first = asyncio.create_task(c.post("/v1/systemone", content=LATE))
+            # the first over gRPC, with no deadline: its call outlasts the HTTP timeout
+            async with httpx2.AsyncClient(base_url=s.url, headers=AUTH, timeout=60) as c, \
+                    AsyncDeciderClient(s.grpc_address, timeout=None) as patient:
+                first = asyncio.create_task(patient.decide("The parcel is late.",
+                                                           [YesNo("Is it late?")]))
                 await asyncio.sleep(0.3)
                 late = await c.post("/v1/systemone", content=LATE)  # its 3 s pass waiting
-                return (await first).status_code, late
+                return await first, late
 
         before = reached()
         s.fault_file.write_text("hang:4")  # the first call holds the engine 4 s
         first, late = asyncio.run(scenario())
-        assert (first, late.status_code) == (200, 504)
+        assert first.answers[0].question == "Is it late?" and late.status_code == 504
         assert late.json()["detail"]["reason"] == "DEADLINE_EXCEEDED"
         assert reached() == before + 1
         head = (f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"

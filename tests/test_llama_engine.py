@@ -151,6 +151,33 @@ def test_input_longer_than_n_batch_is_split(model_path):
         llm.close()
 
 
+def test_a_stop_between_chunks_ends_that_job_alone(model_path):
+    """stop(i) is asked before each 32-token chunk of job i; the error it returns is job
+    i's result, its later chunks are never decoded, and the next job of the call is
+    scored as it is alone."""
+    engine = load_engine("llama", model_path, 4096, n_batch=32, n_parallel=1)
+    try:
+        tok = engine.tokenize
+        long_job = ScoreJob((engine.info.bos_id, *tok(f"Text: {words(150, 3)}\n\n")),
+                            (Branch(tuple(tok("Question: Is it late?\nAnswer:")), ((3,), (4,))),))
+        short_job = ScoreJob((engine.info.bos_id, *tok("Text: my parcel is late\n\n")),
+                             long_job.branches)
+        assert len(long_job.prefix) > 4 * 32
+        asked, error = [], TimeoutError("past its deadline")
+
+        def stop(i):
+            asked.append(i)
+            return error if asked == [0, 0] else None
+
+        stopped, scored = engine.score([long_job, short_job], stop)
+        assert stopped is error
+        assert asked == [0, 0, 1]  # one chunk of the long job decoded; the short is one chunk
+        [[[alone]]] = engine.score([short_job])
+        np.testing.assert_array_equal(scored[0][0].logits, alone.logits)
+    finally:
+        engine.close()
+
+
 def test_the_window_is_checked_before_any_decode(model_path, fault_file):
     e = load_engine("llama", model_path, 64)
     try:

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from ..errors import DeciderError
 
 STATUS = {"invalid": 422, "not_found": 404, "out_of_range": 500, "exhausted": 503,
-          "unavailable": 503, "deadline": 504, "internal": 500}
+          "unavailable": 503, "deadline": 504, "cancelled": 499, "internal": 500}
 BY_REASON = {"PROMPT_TOO_LONG": 400, "QUEUE_FULL": 429}
 RETRY_AFTER_S = {429: 1, 503: 5}
 
