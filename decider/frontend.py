@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ class Frontend:
         self.max_queue = max_queue
         self.limits = limits
         self.accepting = True  # False while draining
+        self._held: Counter[str] = Counter()  # places in the queue per TCP connection
         self._planning = ThreadPoolExecutor(min(8, os.cpu_count() or 1), "decider-plan")
 
     def served(self) -> ModelFacts | None:
@@ -62,24 +64,44 @@ class Frontend:
     def outstanding(self) -> int:
         return self.current.client.outstanding if self.current is not None else 0
 
-    def admit_batch(self, n: int) -> None:
+    @property
+    def share(self) -> int:
+        """A quarter of the queue: what one batch, or one busy connection, may hold."""
+        return max(1, self.max_queue // 4)
+
+    def admit_batch(self, n: int, caller: str = "") -> None:
         """A bulk call is admitted whole or refused whole: it may hold at most a quarter
         of the queue, so that one caller never takes every place, and needs room for all
-        of its items now."""
-        limit = max(1, self.max_queue // 4)
-        if n > limit:
+        of its items now (and within its connection's share, `_check_share`)."""
+        if n > self.share:
             raise InvalidRequest([FieldViolation(
-                "requests", f"{n} items, over the limit of {limit} a batch (a quarter of "
-                            f"the queue of {self.max_queue})")])
+                "requests", f"{n} items, over the limit of {self.share} a batch (a quarter "
+                            f"of the queue of {self.max_queue})")])
         free = self.max_queue - self.outstanding()
         if n > free:
             raise QueueFull(f"the queue has room for {free} requests now, the batch holds "
                             f"{n}", max_queue=self.max_queue)
+        self._check_share(caller, n)
+
+    def _check_share(self, caller: str, n: int) -> None:
+        """The fair share: while the queue is half full or more, one TCP connection may
+        hold at most a quarter of it, so a client flooding the daemon leaves the others
+        room. `caller` is the connection ("" for unix sockets and in-process callers, the
+        operator's own, which share no identity to tell apart)."""
+        if not caller or self.outstanding() < self.max_queue // 2:
+            return
+        if self._held[caller] + n > self.share:
+            raise QueueFull(f"the queue is half full or more and this connection holds "
+                            f"{self._held[caller]} of its places: while it is, one "
+                            f"connection may hold at most {self.share} (a quarter of the "
+                            f"queue of {self.max_queue})", max_queue=self.max_queue,
+                            connection_share=self.share)
 
     async def submit(self, request: Request, deadline: float | None = None,
-                     model: str = "", admitted: bool = False) -> Outcome:
+                     model: str = "", admitted: bool = False, caller: str = "") -> Outcome:
         """The decision for a request; deadline in time.monotonic() seconds; admitted: its
-        place was granted with its batch. Raises the DeciderError that refused it."""
+        place was granted with its batch; caller: its TCP connection, for the fair share.
+        Raises the DeciderError that refused it."""
         served = self.current
         if not self.accepting or served is None:
             raise Unavailable("the service is not accepting requests (loading, reloading "
@@ -92,10 +114,18 @@ class Frontend:
             self._planning, served.planner.plan, request)
         if not self.accepting:  # a drain began while it was planned: it waits for no plan
             raise Unavailable("the service is draining; retry shortly")
-        if not admitted and served.client.outstanding >= self.max_queue:
-            raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)",
-                            max_queue=self.max_queue)
-        results, queue_ms, compute_ms = await served.client.score(plan.job, deadline)
+        if not admitted:
+            if served.client.outstanding >= self.max_queue:
+                raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)",
+                                max_queue=self.max_queue)
+            self._check_share(caller, 1)
+        self._held[caller] += 1
+        try:
+            results, queue_ms, compute_ms = await served.client.score(plan.job, deadline)
+        finally:
+            self._held[caller] -= 1
+            if not self._held[caller]:
+                del self._held[caller]
         usage = Usage(prompt_tokens=plan.prompt_tokens, window_tokens=plan.window_tokens)
         decision = Decision(plan.read(results), served.facts.name, served.facts.engine, usage)
         return Outcome(decision, queue_ms, compute_ms, served.facts.sha256)

@@ -20,6 +20,12 @@ def deadline_of(context) -> float | None:
     return None if remaining is None else time.monotonic() + remaining
 
 
+def caller_of(context) -> str:
+    """The TCP connection a call came on (ipv4:host:port), "" over a unix socket."""
+    peer = context.peer() or ""
+    return "" if peer.startswith("unix:") else peer
+
+
 class DeciderService(pb_grpc.DeciderServicer):
     def __init__(self, frontend: Frontend, catalog: Catalog, observer: Observer) -> None:
         self.frontend = frontend
@@ -28,20 +34,21 @@ class DeciderService(pb_grpc.DeciderServicer):
 
     async def Decide(self, request, context):
         outcome = await self.frontend.submit(request_from_proto(request), deadline_of(context),
-                                             request.model)
+                                             request.model, caller=caller_of(context))
         return response_to_proto(outcome)
 
     async def DecideBatch(self, request, context):
         """Admitted whole or refused whole (frontend.admit_batch says on what terms); each
         item then answered, refused, logged and counted on its own."""
-        self.frontend.admit_batch(len(request.requests))
+        caller = caller_of(context)
+        self.frontend.admit_batch(len(request.requests), caller)
         rid, deadline = request_id(context), deadline_of(context)
 
         async def item(k: int, req: pb.DecideRequest) -> pb.DecideBatchItem:
             started, item_id = time.monotonic(), f"{rid}.{k}"
             try:
                 outcome = await self.frontend.submit(request_from_proto(req), deadline,
-                                                     req.model, admitted=True)
+                                                     req.model, admitted=True, caller=caller)
             except DeciderError as e:
                 self.observer.record("DecideItem", item_id, started, e.reason)
                 return pb.DecideBatchItem(error=item_error(e))

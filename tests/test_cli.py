@@ -236,12 +236,12 @@ def test_bench_shape_gives_random_weights_a_tokenizer_only_for_llama(monkeypatch
 
     import gguf
 
-    from decider.cli import _bench_model_path
+    from decider.commands.bench import bench_model_path
     from decider.engines.random_gguf import SHAPES
 
     monkeypatch.setitem(SHAPES, "tiny", dict(layers=2, hidden=256, heads=2, kv_heads=1,
                                              head_dim=128, ffn=256, vocab=262144, window=16))
-    path = _bench_model_path(argparse.Namespace(model=None, shape="tiny", engines=engines))
+    path = bench_model_path(argparse.Namespace(model=None, shape="tiny", engines=engines))
     fields = gguf.GGUFReader(path).fields
     assert ("tokenizer.ggml.model" in fields) is tokenizer
     assert int(fields["gemma3.block_count"].parts[-1][0]) == 2

@@ -13,13 +13,14 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from helpers.daemon import alive, error_details, health_status, spawn
+from helpers.daemon import alive, error_details, free_port, health_status, spawn
 
 from decider import Choice, Request, YesNo
 from decider.bench_service import requests
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
 from decider.v1 import decider_pb2 as pb
 from decider.v1 import decider_pb2_grpc as pb_grpc
+from decider.wire import request_to_proto
 
 TEXT = "I was charged twice for my order, please refund me."
 QUEUE = 64  # a batch may hold a quarter of it: 16
@@ -134,6 +135,40 @@ def test_a_batch_over_a_quarter_of_the_queue_is_refused_whole(daemon):
     assert violation.field == "requests"
     assert "17 items, over the limit of 16" in violation.description
     assert [i.WhichOneof("result") for i in full.items] == ["response"] * 16
+
+
+def test_one_connection_flooding_a_half_full_queue_leaves_the_others_room(tmp_path,
+                                                                          model_path):
+    """Queue 16 on TCP, the engine held: one connection sends 12 requests; it gets 8 places
+    (the queue was under half full), its other 4 are QUEUE_FULL naming the share of 4.
+    A second connection, asking into the half-full queue, is admitted and answered."""
+    daemon = spawn(tmp_path, "--n-ctx", "512", "--max-queue", "16", "--max-batch", "1",
+                   address=f"127.0.0.1:{free_port()}")
+    try:
+        daemon.fault_file.write_text("hang:3")
+
+        async def scenario():
+            # channels of one process share a connection unless told otherwise
+            own = [("grpc.use_local_subchannel_pool", 1)]
+            async with AsyncDeciderClient(daemon.address, timeout=120) as flood, \
+                    grpc.aio.insecure_channel(daemon.address, options=own) as other:
+                sent = [asyncio.create_task(flood.decide(TEXT, [YesNo(f"Question {i}?")]))
+                        for i in range(12)]
+                while sum(t.done() for t in sent) < 4:  # the refusals come at once
+                    await asyncio.sleep(0.02)
+                answer = await pb_grpc.DeciderStub(other).Decide(request_to_proto(
+                    Request(TEXT, (YesNo("Is a refund asked for?"),))), timeout=120)
+                return answer, await asyncio.gather(*sent, return_exceptions=True)
+
+        answer, flooded = asyncio.run(scenario())
+        assert answer.answers[0].question == "Is a refund asked for?"
+        refused = [r for r in flooded if isinstance(r, RemoteError)]
+        assert len(refused) == 4 and len(flooded) - len(refused) == 8
+        assert {(r.code, r.reason) for r in refused} == {
+            (grpc.StatusCode.RESOURCE_EXHAUSTED, "QUEUE_FULL")}
+        assert "one connection may hold at most 4" in refused[0].message
+    finally:
+        assert daemon.stop() == 0
 
 
 def test_work_over_the_bound_is_out_of_range_before_any_engine_pass(daemon):

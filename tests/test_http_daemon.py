@@ -50,6 +50,29 @@ def test_queue_full_and_not_ready_say_when_to_retry(cache_dir, model_path):
         assert ready.status_code == 503 and ready.headers["retry-after"] == "5"
 
 
+def test_one_api_key_flooding_a_half_full_queue_leaves_other_keys_room(cache_dir, model_path):
+    """Queue 16, the engine held: 12 requests at once under one key (12 connections) get 8
+    places, the other 4 are 429 QUEUE_FULL; a request under another key is answered."""
+    other_key = "another-key-0123456789"
+    http = HttpSection(address="127.0.0.1:0", api_keys=(KEY, other_key))
+    with DaemonThread(cache_dir, http, server=ServerSection(max_queue=16, max_batch=1)) as s:
+        s.fault_file.write_text("hang:3")
+
+        async def scenario():
+            async with httpx2.AsyncClient(base_url=s.url, headers=AUTH, timeout=120) as c:
+                sent = [asyncio.create_task(c.post("/v1/systemone", content=LATE))
+                        for _ in range(12)]
+                while sum(t.done() for t in sent) < 4:  # the refusals come at once
+                    await asyncio.sleep(0.02)
+                other = await c.post("/v1/systemone", content=LATE,
+                                     headers={"Authorization": f"Bearer {other_key}"})
+                return other, [r.status_code for r in await asyncio.gather(*sent)]
+
+        other, statuses = asyncio.run(scenario())
+        assert other.status_code == 200
+        assert sorted(statuses) == [200] * 8 + [429] * 4
+
+
 def test_expired_and_abandoned_requests_never_reach_the_engine(cache_dir, model_path):
     http = HttpSection(address="127.0.0.1:0", api_keys=(KEY,), request_timeout_seconds=3.0)
     with DaemonThread(cache_dir, http) as s:

@@ -23,7 +23,8 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from decider.cli import flag_config, parser, run_input
+from decider.cli import flag_config, parser
+from decider.commands.run import run_input
 from decider.config import parse_config
 from decider.jsonl import request_at
 from decider.errors import ConfigError, InvalidRequest

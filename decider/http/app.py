@@ -17,7 +17,7 @@ from .. import __version__
 from ..errors import DeciderError, InvalidRequest, ModelNotFound, Unavailable
 from ..frontend import Frontend
 from ..metrics import Metrics
-from .auth import Keys
+from .auth import Keys, digest
 from .body import read_body
 from .errors import (
     Refused,
@@ -67,14 +67,14 @@ async def _disconnected(receive) -> None:
         pass
 
 
-async def _answer(frontend: Frontend, request, deadline: float, receive):
+async def _answer(frontend: Frontend, request, deadline: float, caller: str, receive):
     """The frontend's outcome; the wait is cancelled (and the engine drops the request)
     if the client goes away first."""
     me = asyncio.current_task()
     gone = asyncio.ensure_future(_disconnected(receive))
     gone.add_done_callback(lambda g: g.cancelled() or me.cancel())
     try:
-        return await frontend.submit(request, deadline)
+        return await frontend.submit(request, deadline, caller=caller)
     except asyncio.CancelledError:
         if gone.done() and not gone.cancelled() and me.uncancel() == 0:
             raise Refused(499, "CLIENT_GONE", "the client closed the connection") from None
@@ -83,10 +83,14 @@ async def _answer(frontend: Frontend, request, deadline: float, receive):
         gone.cancel()
 
 
-def _authorize(keys: Keys, request: Request) -> None:
-    """Checked first, before the body is read."""
+def _authorize(keys: Keys, request: Request) -> str:
+    """Checked first, before the body is read. The caller, for the queue's fair share:
+    its API key (by digest) where keys are asked for, else its host over TCP; "" over a
+    unix socket. (An HTTP/1.1 connection holds one request at a time, so connections
+    would not tell clients apart.)"""
     if not keys:
-        return
+        client = request.client  # None, or no host, over a unix socket
+        return f"host:{client.host}" if client and client.host else ""
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key:
         raise Refused(401, "UNAUTHENTICATED", "send an API key as Authorization: Bearer <key>",
@@ -94,6 +98,7 @@ def _authorize(keys: Keys, request: Request) -> None:
     if not keys.accepts(key.strip()):
         raise Refused(401, "UNAUTHENTICATED", "the API key is not valid",
                       headers={"WWW-Authenticate": 'Bearer realm="decider"'})
+    return "key:" + digest(key.strip()).hex()[:16]
 
 
 def _openapi(app: FastAPI) -> dict:
@@ -157,7 +162,7 @@ def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = 
             "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}}}})
     async def systemone(request: Request) -> Response:
         """Answer typed questions about one state."""
-        _authorize(settings.keys, request)
+        caller = _authorize(settings.keys, request)
         deadline = time.monotonic() + settings.request_timeout_seconds
         raw = await read_body(request, settings.max_body_bytes,
                               settings.request_timeout_seconds)
@@ -171,7 +176,7 @@ def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = 
         if settings.log_text:
             request.state.text = asked.request.text
         try:
-            outcome = await _answer(frontend, asked.request, deadline, request.receive)
+            outcome = await _answer(frontend, asked.request, deadline, caller, request.receive)
         except InvalidRequest as e:
             raise asked.bad_body(e) from None
         request.state.outcome = "OK"
