@@ -132,6 +132,7 @@ class EngineLoop:
 
         def stop(i: int) -> DeciderError | None:
             self._receive(sock)  # cancellations sent since the call began
+            self._flush(sock)  # and refusals of what arrived meanwhile go out now
             w = batch[i]
             if w.cancelled:
                 return Cancelled("the request was cancelled while the engine worked on it")
