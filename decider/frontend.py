@@ -66,13 +66,13 @@ class Frontend:
 
     @property
     def share(self) -> int:
-        """A quarter of the queue: what one batch, or one busy connection, may hold."""
+        """A quarter of the queue: what one batch, or one caller of a busy queue, may hold."""
         return max(1, self.max_queue // 4)
 
     def admit_batch(self, n: int, caller: str = "") -> None:
         """A bulk call is admitted whole or refused whole: it may hold at most a quarter
         of the queue, so that one caller never takes every place, and needs room for all
-        of its items now (and within its connection's share, `_check_share`)."""
+        of its items now (and within its caller's share, `_check_share`)."""
         if n > self.share:
             raise InvalidRequest([FieldViolation(
                 "requests", f"{n} items, over the limit of {self.share} a batch (a quarter "
@@ -84,10 +84,11 @@ class Frontend:
         self._check_share(caller, n)
 
     def _check_share(self, caller: str, n: int) -> None:
-        """The fair share: while the queue is half full or more, one TCP connection may
-        hold at most a quarter of it, so a client flooding the daemon leaves the others
-        room. `caller` is the connection ("" for unix sockets and in-process callers, the
-        operator's own, which share no identity to tell apart)."""
+        """The fair share: while the queue is half full or more, one caller may hold at
+        most a quarter of it, so a client flooding the daemon leaves the others room.
+        `caller`: a gRPC call's TCP connection, an HTTP request's API key or host; "" for
+        unix sockets and in-process callers (the host's own, with no identity to tell
+        apart), which are not limited."""
         if not caller or self.outstanding() < self.max_queue // 2:
             return
         if self._held[caller] + n > self.share:
@@ -100,7 +101,7 @@ class Frontend:
     async def submit(self, request: Request, deadline: float | None = None,
                      model: str = "", admitted: bool = False, caller: str = "") -> Outcome:
         """The decision for a request; deadline in time.monotonic() seconds; admitted: its
-        place was granted with its batch; caller: its TCP connection, for the fair share.
+        place was granted with its batch; caller: who sent it, for the fair share.
         Raises the DeciderError that refused it."""
         served = self.current
         if not self.accepting or served is None:
