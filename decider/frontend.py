@@ -92,10 +92,10 @@ class Frontend:
         if not caller or self.outstanding() < self.max_queue // 2:
             return
         if self._held[caller] + n > self.share:
-            raise QueueFull(f"the queue is half full or more and this connection holds "
-                            f"{self._held[caller]} of its places: while it is, one "
-                            f"connection may hold at most {self.share} (a quarter of the "
-                            f"queue of {self.max_queue})", max_queue=self.max_queue,
+            raise QueueFull(f"the queue is half full or more and this caller (connection "
+                            f"or API key) holds {self._held[caller]} of its places: while "
+                            f"it is, one caller may hold at most {self.share} (a quarter of "
+                            f"the queue of {self.max_queue})", max_queue=self.max_queue,
                             connection_share=self.share)
 
     async def submit(self, request: Request, deadline: float | None = None,

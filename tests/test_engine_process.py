@@ -166,7 +166,7 @@ def test_one_connection_flooding_a_half_full_queue_leaves_the_others_room(tmp_pa
         assert len(refused) == 4 and len(flooded) - len(refused) == 8
         assert {(r.code, r.reason) for r in refused} == {
             (grpc.StatusCode.RESOURCE_EXHAUSTED, "QUEUE_FULL")}
-        assert "one connection may hold at most 4" in refused[0].message
+        assert "one caller may hold at most 4" in refused[0].message
     finally:
         assert daemon.stop() == 0
 
