@@ -1,9 +1,12 @@
 """Where the Triton engine spends its time on random weights of a real Gemma 3 shape
 (CUDA): one yes/no at 120 and at 2000 tokens, and 128 decisions of 256 tokens in one
 call. For each: wall time, the host-side layout alone, torch.profiler's top operations
-by device time, and for one job the call taken apart (`stages`).
+by device time, and for one job the call taken apart (`stages`). A Gemma 4 shape (QAT
+Q4_0 weights) runs its targets instead: one ~230-token text with 5 yes/no questions, and
+128 of them in one call.
 
-    python scripts/profile_engine.py [SHAPE]     # gemma-3-270m (default), gemma-3-1b
+    python scripts/profile_engine.py [SHAPE]     # gemma-3-270m (default), gemma-3-1b,
+                                                 # gemma-4-e2b, ...
 """
 
 import os
@@ -15,14 +18,18 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from decider.engines import Branch, ScoreJob, load_engine
+from decider.engines import Branch, ScoreJob, load_engine, random_gemma4
 from decider.engines.passes import plan
 from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 from decider.engines.torch_engine import N_BATCH
 
 shape = sys.argv[1] if len(sys.argv) > 1 else "gemma-3-270m"
 path = f"{tempfile.mkdtemp()}/{shape}.gguf"
-write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **SHAPES[shape])
+if shape in random_gemma4.SHAPES:
+    random_gemma4.write_gemma4(path, np.random.default_rng(0), types=random_gemma4.QAT_Q4_0,
+                               raw=True, **random_gemma4.SHAPES[shape])
+else:
+    write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **SHAPES[shape])
 engine = load_engine("triton", path, 4096)
 rng = np.random.default_rng(1)
 
@@ -65,13 +72,19 @@ def stages(one: ScoreJob) -> str:
     return ", ".join(f"{k} {v:.3f}" for k, v in out.items()) + " ms"
 
 
-def job(n: int) -> ScoreJob:
-    ids = rng.integers(5, 1000, n).tolist()
-    return ScoreJob((2, *ids[:n - 9]), (Branch(tuple(ids[n - 9:]), ((3,), (4,))),))
+def job(n: int, questions: int = 1) -> ScoreJob:
+    """n tokens: a prefix, then `questions` yes/no branches of 9 tokens each."""
+    ids = rng.integers(5, 1000, n + 9 * (questions - 1)).tolist()
+    suffixes = [tuple(ids[n - 9 + 9 * q:n + 9 * q]) for q in range(questions)]
+    return ScoreJob((2, *ids[:n - 9]), tuple(Branch(s, ((3,), (4,))) for s in suffixes))
 
 
-for name, jobs in (("1 x 120 tokens", [job(120)]), ("1 x 2000 tokens", [job(2000)]),
-                   ("128 x 256 tokens", [job(256) for _ in range(128)])):
+cases = ((("1 x 230 tokens, 5 questions", [job(230, 5)]),
+          ("128 x 230 tokens, 5 questions", [job(230, 5) for _ in range(128)]))
+         if shape in random_gemma4.SHAPES else
+         (("1 x 120 tokens", [job(120)]), ("1 x 2000 tokens", [job(2000)]),
+          ("128 x 256 tokens", [job(256) for _ in range(128)])))
+for name, jobs in cases:
     for _ in range(3):
         engine.score(jobs)
     torch.cuda.synchronize()
