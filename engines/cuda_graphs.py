@@ -8,15 +8,23 @@ copied into that graph's input buffer before the replay, and the graph's first k
 expands them into the columns the model reads (kernels/columns.py). The graphs share one
 memory pool (captured largest first), since they never run at the same time.
 
+Each graph returns the hidden states of the pass's output rows alone, up to a fixed
+number per size (`row_room`, the rest repeats the last row): a model whose later layers
+compute only those tokens (Gemma 4's KV-shared layers) does that inside the graph. A
+model that prunes nothing gathers them at the end, and its room is the whole size.
+
 A call of one pass with few answer rows and label rows (a handful of questions about one
 text, the latency case) also runs its head from a graph: the hidden states at up to
 HEAD_ROWS rows, the logits of up to HEAD_LABELS label rows there and the
 full-vocabulary logsumexp at each, into one buffer the host reads back whole and picks
-its values from. The head's indices and the pass go up in one copy.
+its values from. The rows, the head's label rows and the pass go up in one copy.
 """
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+
+import numpy as np
 import torch
 
 from decider.kernels.columns import FIELDS, HEADER, columns
@@ -30,7 +38,9 @@ LARGEST = 8192
 HEAD_ROWS = 16  # one row tile of the logsumexp's matmul: its cost does not grow below it
 HEAD_LABELS = 64
 HEAD_VALUES = HEAD_ROWS * HEAD_LABELS + HEAD_ROWS  # logits [rows, labels], then logsumexps
-HEAD_INDICES = HEAD_ROWS + HEAD_LABELS  # the head's rows and label rows, before the pass
+# A pruning model's graph of n tokens computes n / ROW_SHARE rows in its pruned layers
+# (at least HEAD_ROWS); a pass with more rows takes a larger graph or runs eagerly
+ROW_SHARE = 8
 
 
 class GraphRunner:
@@ -38,9 +48,11 @@ class GraphRunner:
         top = min(max_tokens, LARGEST)
         self.sizes = [SMALLEST << i for i in range(max(top // SMALLEST, 1).bit_length())]
         self.window = model.cfg.window
-        # per size, int32: the head's rows and label rows, then the pass packed (at most a
-        # chain a token)
-        self._host = {n: torch.zeros(HEAD_INDICES + HEADER + (1 + FIELDS) * n,
+        self._room = {n: max(HEAD_ROWS, n // ROW_SHARE) if model.prunes_rows else n
+                      for n in self.sizes}
+        # per size, int32: the rows, the head's label rows, then the pass packed (at most
+        # a chain a token)
+        self._host = {n: torch.zeros(self._room[n] + HEAD_LABELS + HEADER + (1 + FIELDS) * n,
                                      dtype=torch.int32, pin_memory=True) for n in self.sizes}
         self._inputs: dict[int, torch.Tensor] = {}
         self._out: dict[int, torch.Tensor] = {}
@@ -51,57 +63,68 @@ class GraphRunner:
         free_before = torch.cuda.mem_get_info(device)[0]
         pool = None
         for n in reversed(self.sizes):
-            Pass(1).pack(out=self._host[n].numpy()[HEAD_INDICES:])  # all padding
+            room = self._room[n]
+            Pass(1).pack(out=self._host[n].numpy()[room + HEAD_LABELS:])  # all padding
             self._inputs[n] = inputs = self._host[n].to(device)
-            rows, labels, packed = inputs.split([HEAD_ROWS, HEAD_LABELS, len(inputs)
-                                                 - HEAD_INDICES])
+            rows, labels, packed = inputs.split([room, HEAD_LABELS,
+                                                 len(inputs) - room - HEAD_LABELS])
             side = torch.cuda.Stream(device)  # warm-up (Triton compiles) off the capture
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):
-                _head(model, model(columns(packed, n, self.window)), rows, labels, self.values)
+                _head(model, model(columns(packed, n, self.window), rows=rows), labels,
+                      self.values)
             torch.cuda.current_stream(device).wait_stream(side)
             graph, head = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self._out[n] = model(columns(packed, n, self.window))
+                self._out[n] = model(columns(packed, n, self.window), rows=rows)
             pool = graph.pool()
             with torch.cuda.graph(head, pool=pool):
-                _head(model, self._out[n], rows, labels, self.values)
+                _head(model, self._out[n], labels, self.values)
             self._graphs[n], self._heads[n] = graph, head
         torch.cuda.synchronize(device)
         self.nbytes = max(free_before - torch.cuda.mem_get_info(device)[0], 0)
 
-    def bucket(self, tokens: int) -> int | None:
-        """The smallest captured size holding `tokens`, or None past the largest."""
-        return next((n for n in self.sizes if n >= tokens), None)
+    def bucket(self, p: Pass) -> int | None:
+        """The smallest captured size holding p's tokens and rows, or None past them all."""
+        return next((n for n in self.sizes if n >= p.tokens and self._room[n] >= len(p.rows)),
+                    None)
 
-    def run(self, packed: torch.Tensor, n: int) -> torch.Tensor:
-        """A pass packed (passes.py) on the device, padded to n, a captured size -> hidden
-        [n, hidden] (the graph's own output buffer: read it before the next run)."""
-        self._inputs[n][HEAD_INDICES:HEAD_INDICES + len(packed)].copy_(packed)
+    def padded_rows(self, p: Pass, n: int) -> np.ndarray:
+        """int32 [the room of size n]: p's rows, then its last repeated (computing a token
+        twice is harmless; a far one would widen its query block's keys)."""
+        room = self._room[n]
+        return np.fromiter(chain(p.rows, repeat(p.rows[-1] if p.rows else 0,
+                                                room - len(p.rows))), np.int32, room)
+
+    def run(self, packed: torch.Tensor, rows: torch.Tensor, n: int) -> torch.Tensor:
+        """A pass packed (passes.py) and its `padded_rows`, on the device, padded to n, a
+        captured size -> the hidden states [room, hidden] at those rows (the graph's own
+        output buffer: read it before the next run)."""
+        inputs, at = self._inputs[n], self._room[n] + HEAD_LABELS
+        inputs[:len(rows)].copy_(rows)
+        inputs[at:at + len(packed)].copy_(packed)
         self._graphs[n].replay()
         return self._out[n]
 
     def run_with_head(self, p: Pass, labels: list[int]) -> None:
         """One pass and its head into `values`: at the pass's rows (at most HEAD_ROWS),
         label rows `labels` (at most HEAD_LABELS). The pinned buffer is free: every call
-        ends reading its values back."""
-        n = self.bucket(p.tokens)
-        host = self._host[n].numpy()
-        at = 0
-        for values, room in ((p.rows, HEAD_ROWS), (labels, HEAD_LABELS)):
-            host[at:at + len(values)] = values
-            host[at + len(values):at + room] = 0
-            at += room
-        used = HEAD_INDICES + len(p.pack(out=host[HEAD_INDICES:]))
+        ends reading its values back, so no copy from it is in flight."""
+        n = self.bucket(p)
+        host, room = self._host[n].numpy(), self._room[n]
+        host[:room] = self.padded_rows(p, n)
+        host[room:room + len(labels)] = labels
+        host[room + len(labels):room + HEAD_LABELS] = 0
+        used = room + HEAD_LABELS + len(p.pack(out=host[room + HEAD_LABELS:]))
         self._inputs[n][:used].copy_(self._host[n][:used], non_blocking=True)
         self._graphs[n].replay()
         self._heads[n].replay()
 
 
-def _head(model: torch.nn.Module, h: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,
-          out: torch.Tensor) -> None:
-    """out: the logits [HEAD_ROWS, HEAD_LABELS] of label rows `labels` at h's `rows`, then
-    the logsumexp at each of those rows."""
-    at = h[rows]  # [HEAD_ROWS, hidden]
+def _head(model: torch.nn.Module, h: torch.Tensor, labels: torch.Tensor, out: torch.Tensor
+          ) -> None:
+    """out: the logits [HEAD_ROWS, HEAD_LABELS] of label rows `labels` at h's first
+    HEAD_ROWS rows, then the logsumexp at each of those rows."""
+    at = h[:HEAD_ROWS]
     model.head(at, labels, out=out[:HEAD_ROWS * HEAD_LABELS].view(HEAD_ROWS, HEAD_LABELS))
     model.logsumexp(at, out=out[HEAD_ROWS * HEAD_LABELS:])

@@ -31,21 +31,22 @@ class DenseWeights:
         self._buffers: list[dict[str, torch.Tensor]] = []
         self._stream: torch.cuda.Stream | None = None
 
-    def wanted(self, rows: int, device: torch.device) -> list[dict[str, QWeight]]:
-        """Per layer, the packed weights a pass of `rows` rows on `device` multiplies
-        dequantized (kernels/qmatmul_triton.py's `takes_dense`), by linear name."""
+    def wanted(self, rows: list[int], device: torch.device) -> list[dict[str, QWeight]]:
+        """Per layer, the packed weights it multiplies dequantized on `device` at its
+        `rows` rows (kernels/qmatmul_triton.py's `takes_dense`), by linear name."""
         if device.type != "cuda":
             return [{} for _ in self._weights]
         from decider.kernels.qmatmul_tiles import takes_dense
 
-        return [{name: w for name, w in ws.items() if takes_dense(rows, w, self.dtype)}
-                for ws in self._weights]
+        return [{name: w for name, w in ws.items() if takes_dense(m, w, self.dtype)}
+                for ws, m in zip(self._weights, rows, strict=True)]
 
-    def layers(self, rows: int, device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
+    def layers(self, rows: list[int], device: torch.device
+               ) -> Iterator[dict[str, torch.Tensor]]:
         """Per layer in order, {linear name: its dense weight} for those that take the
-        dense path at `rows` rows (none: empty), ready on the current stream when
-        yielded. The caller must run the layer's work on the current stream before taking
-        the next."""
+        dense path at the layer's rows (rows[i]; none: empty), ready on the current
+        stream when yielded. The caller must run the layer's work on the current stream
+        before taking the next."""
         wanted = self.wanted(rows, device)
         return self._ahead(wanted) if any(wanted) else iter(wanted)
 

@@ -148,16 +148,16 @@ class Gemma3(TextModel):
         return [(c.sliding(i), c.kv_heads, c.head_dim) for i in range(c.layers)]
 
     def forward(self, meta: torch.Tensor, cache: KVCache | None = None,
-                write: bool = False) -> torch.Tensor:
+                write: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
         """meta int32 [5, T] (kernels/columns.py: ids, pos, lo_full, lo_slide, end) ->
-        final-normed hidden states [T, hidden]. No host sync: a CUDA graph can hold it
-        (cache None)."""
+        final-normed hidden states [T, hidden], or of the tokens `rows` (int32) alone.
+        No host sync: a CUDA graph can hold it (cache None)."""
         ids = meta[IDS]
         x, h = embed_rms_norm(self.embedding, ids, self.embed_scale, self.blocks[0].attn_norm,
                               self.cfg.eps)
         rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
-        dense = self.dense.layers(len(ids), ids.device)
+        dense = self.dense.layers([len(ids)] * len(self.blocks), ids.device)
         for i, (block, weights) in enumerate(zip(self.blocks, dense)):
             norm_next = self.blocks[i + 1].attn_norm if i + 1 < len(self.blocks) else self.norm
             x, h = block(x, h, norm_next, meta, rope[block.sliding], cache, write, weights)
-        return h
+        return h if rows is None else h.index_select(0, rows)

@@ -188,15 +188,17 @@ class Block(nn.Module):
         self.register_buffer("layer_scalar", None if scalar is None else fp32(scalar).view(1))
 
     def forward(self, x, h, norm_next, meta, rope, shared: dict, cache: KVCache | None,
-                dense: dict[str, torch.Tensor], ple: torch.Tensor | None):
+                dense: dict[str, torch.Tensor], ple: torch.Tensor | None,
+                rows: tuple[torch.Tensor, torch.Tensor] | None = None):
         """x: the residual stream [T, hidden], h: its attn_norm; returns the stream after
         this layer and its norm by norm_next, and this layer's (k, v) when it has its
         own (else None). shared: the (k, v) of earlier layers of this pass, by layer;
         cache: the prefix before these tokens (the donor's, for a shared layer); ple:
-        this layer's per-layer inputs [T, P]."""
+        this layer's per-layer inputs [T, P]. rows: (tokens, their positions) when x
+        holds those tokens of the pass alone (a shared layer's queries)."""
         cfg = self.cfg
         t, hq, hkv, d = len(x), cfg.heads, self.kv_heads, self.head_dim
-        pos = meta[POS]
+        tokens, pos = rows or (None, meta[POS])
         heads = self.qkv(h, dense.get("qkv")).view(t, -1, d)
         own = heads.shape[1] > hq
         qk_norm_rope_(heads, hq, self.attn_q_norm, self.attn_k_norm if own else self.attn_q_norm,
@@ -205,7 +207,8 @@ class Block(nn.Module):
         k, v = (heads[:, hq:hq + hkv], heads[:, hq + hkv:]) if own else shared[self.donor]
         cached = cache.read(self.donor) if cache is not None else None
         a = attend(q, k, v, meta[LO_SLIDE if self.sliding else LO_FULL], meta[END], 1.0,
-                   cache=cached, q_pos=pos, window=cfg.window if self.sliding else None)
+                   cache=cached, q_pos=meta[POS], window=cfg.window if self.sliding else None,
+                   rows=tokens)
         x, h = add_rms_norm(x, self.o(a.view(t, hq * d), dense.get("o")),
                             self.post_attention_norm, self.ffn_norm, cfg.eps)
         y = self.down(self.gate_up.gelu(h, dense.get("gate_up")), dense.get("down"))
@@ -258,12 +261,18 @@ class Gemma4(TextModel):
         return [(c.sliding(i), c.kv_heads[i], c.head_dim(i)) if c.has_kv(i) else None
                 for i in range(c.layers)]
 
+    @property
+    def prunes_rows(self) -> bool:
+        return self.cfg.shared_kv > 0
+
     def forward(self, meta: torch.Tensor, cache: KVCache | None = None,
-                write: bool = False) -> torch.Tensor:
+                write: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
         """meta int32 [5, T] (kernels/columns.py: ids, pos, lo_full, lo_slide, end) ->
-        final-normed hidden states [T, hidden]. cache: the prefix before these tokens,
-        which write=True extends with them once every layer has read it. No host sync: a
-        CUDA graph can hold it (cache None)."""
+        final-normed hidden states [T, hidden], or of the tokens `rows` (int32, best
+        ascending) alone: the layers that share earlier layers' K/V then compute those
+        tokens only, as no later layer reads the others. cache: the prefix before these
+        tokens, which write=True extends with them once every layer has read it. No host
+        sync: a CUDA graph can hold it (cache None)."""
         cfg = self.cfg
         ids = meta[IDS]
         x, h = embed_rms_norm(self.embedding, ids, self.embed_scale, self.blocks[0].attn_norm,
@@ -275,14 +284,24 @@ class Gemma4(TextModel):
                                    cfg.hidden).view(len(ids), cfg.layers, cfg.ple)
         rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
         shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        dense = self.dense.layers(len(ids), ids.device)
+        first_shared = cfg.layers - cfg.shared_kv
+        picked = None  # (tokens, positions) once the layers compute `rows` alone
+        counts = [len(ids) if rows is None or i < first_shared else len(rows)
+                  for i in range(cfg.layers)]
+        dense = self.dense.layers(counts, ids.device)
         for i, (block, weights) in enumerate(zip(self.blocks, dense)):
+            if i == first_shared and rows is not None:
+                x, h = x.index_select(0, rows), h.index_select(0, rows)
+                ple = None if ple is None else ple.index_select(0, rows)
+                picked = (rows, meta[POS].index_select(0, rows))
+            if not len(x):  # a pass that reads no token (a prefix chunk)
+                continue
             norm_next = self.blocks[i + 1].attn_norm if i + 1 < len(self.blocks) else self.norm
             x, h, kv = block(x, h, norm_next, meta, rope[block.sliding], shared, cache, weights,
-                             None if ple is None else ple[:, i])
+                             None if ple is None else ple[:, i], picked)
             if kv is not None:
                 shared[i] = kv
         if write:  # after the shared layers read the donors' caches as they were
             for i, (k, v) in shared.items():
                 cache.write(i, k, v)
-        return h
+        return h if picked is not None or rows is None else h.index_select(0, rows)

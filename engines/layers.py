@@ -147,6 +147,9 @@ class TextModel(nn.Module):
     embedding: QWeight | torch.Tensor
     output: QWeight | torch.Tensor
     blocks: nn.ModuleList
+    # whether forward(rows=...) computes fewer tokens than the pass's (else it only
+    # gathers them at the end)
+    prunes_rows = False
 
     def __init__(self, dtype: torch.dtype, hidden: int) -> None:
         super().__init__()

@@ -162,7 +162,7 @@ class TorchEngine:
         its buffer) when the call is one pass a graph runs head and all; None otherwise."""
         graphs, p = self._graphs, layout.passes[0]
         if graphs is None or len(layout.passes) > 1 or p.cache or len(p.rows) > HEAD_ROWS \
-                or graphs.bucket(p.tokens) is None:
+                or graphs.bucket(p) is None:
             return None
         labels, src, roots = _head_indices(layout, HEAD_LABELS)
         if len(labels) > HEAD_LABELS:
@@ -173,32 +173,34 @@ class TorchEngine:
         """Every pass, then the head at the outputs. Each pass is packed and sent while the
         GPU runs the pass before it."""
         graphs = self._graphs
-        sizes = [(graphs.bucket(p.tokens) if graphs is not None and not p.cache else None)
+        sizes = [(graphs.bucket(p) if graphs is not None and not p.cache else None)
                  or p.tokens for p in layout.passes]
+        rows = [graphs.padded_rows(p, size) if graphs is not None and size in graphs.sizes
+                and not p.cache else np.asarray(p.rows, np.int32)
+                for p, size in zip(layout.passes, sizes, strict=True)]
         outs = layout.outputs
         label_rows, src, roots = _head_indices(layout)
-        self._staging.begin(sum(p.packed_size for p in layout.passes) + len(outs)
+        self._staging.begin(sum(p.packed_size for p in layout.passes) + sum(map(len, rows))
                             + len(label_rows) + len(src) + len(roots))
         hidden = torch.empty(len(outs), self.model.cfg.hidden, dtype=self.dtype,
                              device=self.device)
         at = 0
-        for p, size in zip(layout.passes, sizes, strict=True):
+        for p, size, pass_rows in zip(layout.passes, sizes, rows, strict=True):
             packed = self._staging.put_pass(p)
-            rows = self._staging.put(np.asarray(p.rows, np.int32))
+            picked = self._staging.put(pass_rows)
             if p.cache == "write" and p.starts_sequence:
                 self.cache.clear()
             if p.cache:
                 h = self.model(columns(packed, size, p.window), self.cache,
-                               write=p.cache == "write")
+                               write=p.cache == "write", rows=picked)
                 if p.cache == "write":
                     self.cache.advance(p.tokens)
             elif graphs is not None and size in graphs.sizes:
-                h = graphs.run(packed, size)
+                h = graphs.run(packed, picked, size)
             else:
-                h = self.model(columns(packed, size, p.window))
-            if p.rows:
-                torch.index_select(h, 0, rows, out=hidden[at:at + len(p.rows)])
-                at += len(p.rows)
+                h = self.model(columns(packed, size, p.window), rows=picked)
+            hidden[at:at + len(p.rows)] = h[:len(p.rows)]
+            at += len(p.rows)
         index = self._staging.put(np.array(label_rows + src + roots, np.int32))
         label_rows, src, roots = index.split([len(label_rows), len(src), len(roots)])
         n = layout.n_logits  # = len(src)

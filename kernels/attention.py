@@ -71,17 +71,24 @@ def tree_bounds(parents: list[int], pos: list[int], window: int | None) -> tuple
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor,
            end: torch.Tensor, scale: float, *, cache: tuple | None = None,
-           q_pos: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
+           q_pos: torch.Tensor | None = None, window: int | None = None,
+           rows: torch.Tensor | None = None) -> torch.Tensor:
     """The pass contract above; cache: (k [S, Hkv, D], v, pos [S]) with q_pos [T].
-    On CUDA the Triton kernel, elsewhere this reference."""
+    rows: the pass tokens q's queries are (int32, best ascending), when not every token
+    in order (lo, end, q_pos stay per token). On CUDA the Triton kernel, elsewhere this
+    reference."""
     if dispatch.triton(q):
         from .attention_triton import attention_triton  # Triton only where it compiles
 
         return attention_triton(q, k, v, lo, end, scale, cache=cache, q_pos=q_pos,
-                                window=window)
+                                window=window, rows=rows)
     mask = pass_mask(lo, end)
+    if rows is not None:
+        rows = rows.long()
+        mask = mask[rows]
     if cache is not None:
         ck, cv, cpos = cache
         k, v = torch.cat([ck, k]), torch.cat([cv, v])
-        mask = torch.cat([cache_mask(q_pos, cpos, window), mask], 1)
+        mask = torch.cat([cache_mask(q_pos if rows is None else q_pos[rows], cpos, window),
+                          mask], 1)
     return attention(q, k, v, mask, scale)

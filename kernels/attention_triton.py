@@ -63,13 +63,13 @@ def _fold(s, v, m_i, l_i, acc, IEEE: tl.constexpr):
 
 @triton.jit
 def _attention_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lo_ptr, end_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lo_ptr, end_ptr, rows_ptr,
     ck_ptr, cv_ptr, cpos_ptr, qpos_ptr, work_ptr, count_ptr,
-    T, S, qk_scale, window, BLOCKS,
+    T, TQ, S, qk_scale, window, BLOCKS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
     stride_ckt, stride_ckh, stride_cvt, stride_cvh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_CACHE: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, HAS_ROWS: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     SPLITS: tl.constexpr, MIN_PER: tl.constexpr, LONGEST_FIRST: tl.constexpr,
     PDL: tl.constexpr,
@@ -80,22 +80,27 @@ def _attention_kernel(
     if LONGEST_FIRST:  # a causal sequence's last blocks are its longest
         pid_m = BLOCKS - 1 - pid_m
     part = tl.program_id(0) % SPLITS
-    r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows: (token, query head of the group)
+    r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows: (query, query head of the group)
     rm = r // GROUP
     head = kv_head * GROUP + r % GROUP
     rd = tl.arange(0, BLOCK_D)
-    m_ok = rm < T
+    m_ok = rm < TQ
     d_ok = rd < HEAD_DIM
-    lo = tl.load(lo_ptr + rm, mask=m_ok, other=T)
+    if HAS_ROWS:  # the pass token each query is (ascending)
+        tok = tl.load(rows_ptr + rm, mask=m_ok, other=T)
+        last = tl.max(tl.where(m_ok, tok, -1), 0) + 1
+    else:
+        tok = rm
+        last = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // GROUP + 1, T)
+    lo = tl.load(lo_ptr + tok, mask=m_ok, other=T)
     first = (tl.min(lo, 0) // BLOCK_N) * BLOCK_N
-    last = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // GROUP + 1, T)
     # this program's share of the block's key blocks: none past the block's parts
     per = tl.maximum(tl.cdiv(tl.cdiv(last - first, BLOCK_N), SPLITS), MIN_PER) * BLOCK_N
     parts = tl.cdiv(last - first, per)
     keys_lo = first + part * per
     keys_hi = tl.minimum(keys_lo + per, last)
     busy = part < parts
-    q_ok = rm < tl.where(busy, T, 0)  # an idle program loads nothing
+    q_ok = rm < tl.where(busy, TQ, 0)  # an idle program loads nothing
     q = tl.load(q_ptr + rm[:, None] * stride_qt + head[:, None] * stride_qh + rd[None, :],
                 mask=q_ok[:, None] & d_ok[None, :], other=0.0)  # [BM, BD]
 
@@ -104,7 +109,7 @@ def _attention_kernel(
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if HAS_CACHE:  # the cached prefix of the pass's one sequence (SPLITS 1): first
-        q_pos = tl.load(qpos_ptr + rm, mask=m_ok, other=0)
+        q_pos = tl.load(qpos_ptr + tok, mask=m_ok, other=0)
         for n0 in range(0, S, BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
             n_ok = rn < S
@@ -119,7 +124,7 @@ def _attention_kernel(
                         mask=kv_mask, other=0.0)
             s = tl.where(ok, _scores(q, k, IEEE) * qk_scale, float("-inf"))
             m_i, l_i, acc = _fold(s, v, m_i, l_i, acc, IEEE)
-    first_row = pid_m * BLOCK_M // GROUP
+    first_row = tl.min(tok, 0)
     lo_max = tl.max(lo, 0)  # T where the block has padding rows: every key block masked
     for n0 in range(keys_lo, keys_hi, BLOCK_N):
         rn = n0 + tl.arange(0, BLOCK_N)
@@ -135,8 +140,8 @@ def _attention_kernel(
         # the first row's token, each key's subtree past the last) needs no mask: most
         # blocks of a long chain
         if (n0 < lo_max) | (n0 + BLOCK_N - 1 > first_row) | (tl.min(end, 0) < last):
-            ok = (rn[None, :] >= lo[:, None]) & (rn[None, :] <= rm[:, None]) \
-                & (rm[:, None] < end[None, :])
+            ok = (rn[None, :] >= lo[:, None]) & (rn[None, :] <= tok[:, None]) \
+                & (tok[:, None] < end[None, :])
             s = tl.where(ok, s, float("-inf"))
         m_i, l_i, acc = _fold(s, v, m_i, l_i, acc, IEEE)
     let_next_launch(PDL)
@@ -187,20 +192,25 @@ def _combine(part_ptr, stat_ptr, slot0, parts, rr, rd, BLOCK_M: tl.constexpr,
 def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor,
                      end: torch.Tensor, scale: float, *, cache: tuple | None = None,
                      q_pos: torch.Tensor | None = None, window: int | None = None,
-                     out: torch.Tensor | None = None,
+                     rows: torch.Tensor | None = None, out: torch.Tensor | None = None,
                      blocks: tuple[int, ...] | None = None) -> torch.Tensor:
     """q [T, Hq, D], k and v [T, Hkv, D] (any row and head strides, unit stride along D;
-    views into one fused QKV output do), lo and end [T] int32 -> [T, Hq, D] in q.dtype.
+    views into one fused QKV output do), lo and end [T] int32 -> q.shape in q.dtype.
+    rows: int32 [Tq], the pass tokens that q's Tq queries are (best ascending), instead
+    of every token in order; lo, end and q_pos stay per token.
     cache: (k [S, Hkv, D], v, pos [S]) with q_pos [T]; window: the sliding window (None:
     full attention), which the kernel only needs for the cache (lo encodes it for the
     pass's own keys). blocks: (BLOCK_M, BLOCK_N, warps, stages[, splits, min_per])
     instead of the built-in choice (for tuning; splits need no cache). Launches nothing
     that syncs with the host, so a CUDA graph can hold it."""
+    if rows is not None and (rows.dim() != 1 or rows.dtype != torch.int32):
+        raise ValueError(f"rows must be int32 [Tq], got {rows.dtype} {tuple(rows.shape)}")
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or k.shape[2] != q.shape[2] \
-            or k.shape[0] != q.shape[0]:
-        raise ValueError(f"q must be [T, Hq, D] and k, v [T, Hkv, D]; got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
-    t, hq, d = q.shape
+            or q.shape[0] != (k.shape[0] if rows is None else len(rows)):
+        raise ValueError(f"q must be [T, Hq, D] (or [rows, Hq, D]) and k, v [T, Hkv, D]; got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    tq = q.shape[0]
+    t, hq, d = k.shape[0], q.shape[1], q.shape[2]
     hkv = k.shape[1]
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
@@ -228,19 +238,20 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
     else:
         ck = cv = k
         cpos = q_pos = lo  # unread without a cache
-    if any(x.device != q.device for x in (k, v, lo, end, ck, cv, cpos, q_pos)):
+    tokens = lo if rows is None else rows  # unread without rows
+    if any(x.device != q.device for x in (k, v, lo, end, ck, cv, cpos, q_pos, tokens)):
         raise ValueError("all operands must be on one device")
     if out is None:
-        out = torch.empty(t, hq, d, dtype=q.dtype, device=q.device)
-    if t == 0:
+        out = torch.empty(tq, hq, d, dtype=q.dtype, device=q.device)
+    if tq == 0:
         return out
     block_d = max(16, triton.next_power_of_2(d))
-    rows = t * (hq // hkv)
+    n_rows = tq * (hq // hkv)
     full = window is None and cache is None
-    blocks = blocks or _blocks(rows, block_d, q.dtype, full)
+    blocks = blocks or _blocks(n_rows, block_d, q.dtype, full)
     block_m, block_n, warps, stages = blocks[:4]
     splits, min_per = blocks[4:] or (1, 1)
-    n_blocks = triton.cdiv(rows, block_m)
+    n_blocks = triton.cdiv(n_rows, block_m)
     if splits > 1 and (cache is not None or n_blocks * hkv > MAX_BLOCKS):
         raise ValueError(f"{splits} splits need no cache and at most {MAX_BLOCKS} query "
                          f"blocks, got {n_blocks * hkv}")
@@ -248,14 +259,15 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
     work = torch.empty(n_blocks * hkv * splits * block_m * (block_d + 2) if splits > 1 else 0,
                        dtype=torch.float32, device=q.device)
     _attention_kernel[(n_blocks * splits, hkv)](
-        q, k, v, out, lo, end, ck, cv, cpos, q_pos, work, arrivals.counts(q.device),
-        t, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0, n_blocks,
+        q, k, v, out, lo, end, tokens, ck, cv, cpos, q_pos, work, arrivals.counts(q.device),
+        t, tq, ck.shape[0] if cache is not None else 0, scale * LOG2E, window or 0, n_blocks,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
         GROUP=hq // hkv, HEAD_DIM=d, HAS_CACHE=cache is not None,
-        HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32,
+        HAS_WINDOW=window is not None, HAS_ROWS=rows is not None,
+        IEEE=q.dtype == torch.float32,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
-        SPLITS=splits, MIN_PER=min_per, LONGEST_FIRST=full and rows <= LONGEST_FIRST_ROWS,
+        SPLITS=splits, MIN_PER=min_per, LONGEST_FIRST=full and n_rows <= LONGEST_FIRST_ROWS,
         **launch_options(q),
     )
     return out

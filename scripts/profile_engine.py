@@ -51,22 +51,23 @@ def stages(one: ScoreJob) -> str:
     logsumexp). What the call adds to their sum is host work between them."""
     graphs, model = engine._graphs, engine.model
     [p] = plan([one], N_BATCH["cuda"], model.cfg.window).passes
-    n = graphs.bucket(p.tokens)
+    n = graphs.bucket(p)
     packed = torch.from_numpy(p.pack()).cuda()
+    rows = torch.from_numpy(graphs.padded_rows(p, n)).cuda()
     out = {"call": median_ms(lambda: engine.score([one])),
            "layout": median_ms(lambda: plan([one], N_BATCH["cuda"], model.cfg.window)
                                .passes[0].pack()),
-           "graph": median_ms(lambda: graphs.run(packed, n))}
+           "graph": median_ms(lambda: graphs.run(packed, rows, n))}
     times = []
     for _ in range(30):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        graphs.run(packed, n)
+        graphs.run(packed, rows, n)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
     out["replay (device)"] = float(np.median(times))
-    h = graphs.run(packed, n)[-1:].clone()
+    h = graphs.run(packed, rows, n)[:1].clone()
     rows = torch.tensor([3, 4], dtype=torch.int32, device="cuda")
     out["head"] = median_ms(lambda: (model.head(h, rows), model.logsumexp(h)))
     return ", ".join(f"{k} {v:.3f}" for k, v in out.items()) + " ms"

@@ -17,6 +17,7 @@ from helpers.tiny import max_diff, rand_branch, rand_ids
 from decider.engines import ScoreJob, load_engine
 from decider.engines.gemma4 import Gemma4
 from decider.engines.gguf_weights import GGUFModel
+from decider.engines.passes import plan
 from decider.engines.random_gemma4 import write_gemma4
 from decider.errors import ConfigError
 from decider.kernels.fused import rope_tables
@@ -82,6 +83,39 @@ def test_shared_layers_allocate_no_cache_and_the_memory_is_the_computed_size(tin
     assert [k is None for k in engine.cache.k] == [i >= first_shared
                                                    for i in range(spec["layers"])]
     assert engine.info.memory["kv"] == kv_bytes(spec, 256)
+
+
+def test_shared_layers_compute_the_rows_read_alone(tiny):
+    """No later layer reads a shared layer's other tokens: it computes the trie nodes'
+    rows alone (the batch's logits above hold), and a prefix chunk's pass none at all."""
+    name, path, engine, *_ = tiny
+    first_shared = CONFIGS[name]["layers"] - CONFIGS[name].get("shared_kv", 0)
+    seen: dict[int, list[int]] = {}
+    hooks = [b.register_forward_pre_hook(lambda m, args: seen.setdefault(m.index, []).append(
+        len(args[0]))) for b in engine.model.blocks]
+    chunked = load_engine("triton", path, 256, device="cpu", n_batch=16)
+    hooks += [b.register_forward_pre_hook(lambda m, args: seen.setdefault(-1 - m.index, [])
+                                          .append(len(args[0]))) for b in chunked.model.blocks]
+    rng = seeded("prompts")
+    job = ScoreJob((2, *rand_ids(rng, 40)), (rand_branch(rng, 3), rand_branch(rng, 1)))
+    try:
+        engine.score([job])
+        chunked.score([job])
+    finally:
+        for h in hooks:
+            h.remove()
+    [one] = plan([job], 512, WINDOW).passes
+    assert 0 < len(one.rows) < one.tokens
+    assert [seen[i] for i in range(len(engine.model.blocks))] == [
+        [one.tokens] if i < first_shared else [len(one.rows)]
+        for i in range(len(engine.model.blocks))]
+    # through the cache: prefix chunks without rows skip the shared layers
+    passes = plan([job], 16, WINDOW).passes
+    assert sum(not p.rows for p in passes) >= 2
+    assert [seen[-1 - i] for i in range(len(chunked.model.blocks))] == [
+        [p.tokens for p in passes] if i < first_shared else [len(p.rows) for p in passes
+                                                             if p.rows]
+        for i in range(len(chunked.model.blocks))]
 
 
 # -- each Gemma 4 difference, done the Gemma 3 way ---------------------------------------

@@ -7,18 +7,10 @@ table; then a whole Gemma 4 engine call on the interpreted kernels against the r
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 
-if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("triton was imported without TRITON_INTERPRET=1 in this process: "
-                "run this file in its own pytest process", allow_module_level=True)
-os.environ["TRITON_INTERPRET"] = "1"
-triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
-
+from helpers.interpreted import triton  # noqa: F401 (first: it turns the interpreter on)
 from decider.kernels import embed, embed_triton, fused, fused_triton  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels import qmatmul_triton as qmt  # noqa: E402

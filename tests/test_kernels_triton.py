@@ -1,4 +1,5 @@
-"""Triton kernels against the torch references, in the Triton interpreter on the CPU.
+"""Triton kernels against the torch references, in the Triton interpreter on the CPU
+(attention: test_kernels_attention_triton.py).
 
 fp32 operands only: the interpreter's bf16 tl.dot is wrong. Shapes are small and drawn
 fresh each run inside each case's regime (the ids say which). Tolerance: fp32 sums in
@@ -10,31 +11,19 @@ negative gates (2 in 3000 draws of one case missed the bound that way).
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 
 import pytest
 import torch
 
-# The interpreter must be on before triton is first imported: triton.language decorates
-# its own helpers (tl.zeros, ...) at import. A process that already imported it compiled
-# (GPU tests first) cannot run these.
-if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("triton was imported without TRITON_INTERPRET=1 in this process: "
-                "run this file in its own pytest process", allow_module_level=True)
-os.environ["TRITON_INTERPRET"] = "1"
-triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
-
+from helpers.interpreted import triton  # noqa: F401 (first: it turns the interpreter on)
 from helpers.qweights import close, random_qweight  # noqa: E402
-from helpers.trees import draw, forest_inputs, random_job  # noqa: E402
+from helpers.trees import draw, random_job  # noqa: E402
 
 from decider.kernels import arrivals, fused, fused_triton  # noqa: E402
 from decider.kernels.columns import columns  # noqa: E402
 from decider.kernels.columns_triton import columns_triton  # noqa: E402
 from decider.kernels import embed  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
-from decider.kernels.attention import attend  # noqa: E402
-from decider.kernels.attention_triton import attention_triton  # noqa: E402
 from decider.kernels import embed_triton  # noqa: E402
 from decider.kernels import qmatmul_tiles as tiles  # noqa: E402
 from decider.kernels import qmatmul_triton as qmt  # noqa: E402
@@ -193,92 +182,6 @@ def test_qmatmul_refuses_a_wrong_shape_and_empty_m_is_empty():
     with pytest.raises(ValueError, match=r"\[M, 64\]"):
         qmatmul_triton(torch.randn(2, 32), w)
     assert qmatmul_triton(torch.randn(0, 64), w).shape == (0, 8)
-
-
-# (tree sizes, branchy, Hq, Hkv, D, window, cached positions): windows below and above the
-# sequence lengths; 70-token trees span two 64-query blocks and several key blocks.
-ATTENTION_CASES = {
-    "chains-gqa4-d256": ([5, 70, 33], False, 4, 1, 256, None, 0),
-    "chains-window16-gqa4-d256": ([5, 70, 33], False, 4, 1, 256, 16, 0),
-    "trees-window1000-gqa1-d64": ([40, 1, 70], True, 2, 2, 64, 1000, 0),
-    "trees-window7-gqa1-d64": ([70, 9], True, 2, 2, 64, 7, 0),
-    "cached-prefix-trees-gqa4-d256": ([3, 50], True, 4, 1, 256, None, 40),
-    "cached-ring-window32-gqa2-d72": ([20, 6], True, 4, 2, 72, 32, 32),
-    "block-edges-window2-d64": ([65, 33, 64], False, 2, 1, 64, 2, 0),
-    # Gemma 4's full layers
-    "cached-prefix-chains-gqa8-d512": ([20, 9], False, 8, 1, 512, None, 12),
-}
-
-
-@pytest.mark.parametrize("case", ATTENTION_CASES)
-def test_attention_matches_the_reference(case):
-    sizes, branchy, hq, hkv, d, window, cached = ATTENTION_CASES[case]
-    sizes = [n + draw(0, 3) for n in sizes]
-    args, kwargs = forest_inputs(sizes, branchy, hq, hkv, d, window, cached)
-    close(attention_triton(*args, d ** -0.5, **kwargs), attend(*args, d ** -0.5, **kwargs))
-
-
-def test_attention_reads_q_k_v_as_views_of_one_fused_output():
-    args, kwargs = forest_inputs([30, 9], True, 4, 1, 64, 8)
-    q, k, v, lo, end = args
-    heads = torch.cat([q, k, v], 1)  # [T, 6, D]: q, k and v side by side, as QKV gives them
-    got = attention_triton(heads[:, :4], heads[:, 4:5], heads[:, 5:], lo, end, 0.125, **kwargs)
-    close(got, attend(q, k, v, lo, end, 0.125, **kwargs))
-
-
-# (branchy, Hq, Hkv, D, blocks): groups of 3 and 8 query heads put a query block's first
-# token at any offset in a key block (8 with 16-row blocks: one before a 16-key block's
-# last key, the last such block that needs its mask)
-GROWING_KEYS = {
-    "chains-gqa4": (False, 4, 1, 64, None),
-    "trees-gqa4-blocks16": (True, 4, 1, 64, (16, 16, 4, 1)),
-    "trees-gqa3": (True, 6, 2, 40, None),
-    "chains-gqa8-blocks16": (False, 8, 1, 32, (16, 16, 4, 1)),
-}
-
-
-@pytest.mark.parametrize("case", GROWING_KEYS)
-def test_attention_as_the_scores_grow_along_the_keys(case):
-    """Keys growing in size along the pass: each row's max rises by a lot at some key
-    blocks, by a little at others, and key blocks with and without a mask alternate."""
-    branchy, hq, hkv, d, blocks = GROWING_KEYS[case]
-    args, kwargs = forest_inputs([150, 90], branchy, hq, hkv, d, None)
-    q, k, v, lo, end = args
-    k *= torch.linspace(0.1, 8.0, len(k))[:, None, None] ** 2
-    close(attention_triton(*args, d ** -0.5, blocks=blocks, **kwargs),
-          attend(*args, d ** -0.5, **kwargs))
-
-
-# (sizes, branchy, Hq, Hkv, blocks with splits): a long chain's last query blocks read
-# every key, so their keys go to several programs; short trees beside it stay whole
-SPLIT_KEYS = {
-    "chain-two-parts": ([150], False, 4, 1, (16, 16, 4, 1, 2, 1)),
-    "chain-three-parts-min-two": ([150], False, 4, 1, (16, 16, 4, 1, 3, 2)),
-    "trees-four-parts-gqa2": ([97, 5, 40], True, 4, 2, (32, 16, 4, 1, 4, 1)),
-    "short-trees-never-split": ([20, 9, 30], True, 2, 1, (16, 16, 4, 1, 4, 8)),
-}
-
-
-@pytest.mark.parametrize("case", SPLIT_KEYS)
-def test_attention_splits_long_blocks_keys_over_programs(case):
-    sizes, branchy, hq, hkv, blocks = SPLIT_KEYS[case]
-    args, kwargs = forest_inputs([n + draw(0, 3) for n in sizes], branchy, hq, hkv, 32, None)
-    got = attention_triton(*args, 0.2, blocks=blocks, **kwargs)
-    close(got, attend(*args, 0.2, **kwargs))
-    assert torch.equal(attention_triton(*args, 0.2, blocks=blocks, **kwargs), got)
-    assert not arrivals.counts(got.device).any()  # left at zero for the next launch
-
-
-def test_attention_refuses_splits_with_a_cache():
-    args, kwargs = forest_inputs([8], False, 2, 1, 32, None, 4)
-    with pytest.raises(ValueError, match="splits need no cache"):
-        attention_triton(*args, 0.2, blocks=(16, 16, 4, 1, 2, 1), **kwargs)
-
-
-def test_attention_refuses_heads_that_do_not_group():
-    (q, k, v, lo, end), _ = forest_inputs([4], False, 3, 2, 64, None)
-    with pytest.raises(ValueError, match="multiple"):
-        attention_triton(q, k, v, lo, end, 0.1)
 
 
 @pytest.mark.parametrize("tile", [None, (1, 4), (4, 2)], ids=str)

@@ -79,7 +79,7 @@ def test_fp16_large_passes_multiply_dense_weights_made_ahead_and_keep_p_yes(engi
     dequantized on the side stream during the layer before (dense_weights.py)."""
     engine = engines["fp16"]
     [p] = plan(jobs(np.random.default_rng(0), n), N_BATCH["cuda"], WINDOW).passes
-    assert any(engine.model.dense.wanted(p.tokens, engine.device))
+    assert any(engine.model.dense.wanted([p.tokens] * len(engine.model.blocks), engine.device))
     assert_p_yes_close(engine, engines["ref"], rng, n=n)
 
 
@@ -130,7 +130,7 @@ def test_one_job_calls_match_the_reference_with_the_head_in_a_graph_or_not(engin
 def test_unwritten_rows_from_the_head_graph_are_refused(engines, fault_file, rng):
     """The faults of an unwritten pass on the graph head's buffer: the guard sees the
     sentinel, zeros, or the previous call's rows, and the next call is whole again."""
-    from unwritten import assert_unwritten_rows_refused
+    from helpers.unwritten import assert_unwritten_rows_refused
 
     engine = engines["fp16"]
     job = tree_job(rng, 1, 4)
