@@ -68,9 +68,7 @@ def load_model(cfg: Config):
                 catalog=catalog, **options)
     try:
         d.model_sha256  # hashed before READY, not on the first request
-        warm_up = getattr(d.engine, "warm_up", None)  # shapes that compile or capture
-        if warm_up is not None:
-            warm_up(cfg.server.max_batch)
+        d.engine.warm_up(cfg.server.max_batch)
         d.decide("warm-up", [YesNo("Is this a warm-up?")])
     except BaseException:
         d.close()

@@ -128,6 +128,10 @@ class Engine(Protocol):
         """The tokens a score call places for `job` in this engine's layout: the measure
         of the work bound, checked before any compute."""
 
+    def warm_up(self, max_batch: int) -> None:
+        """Run, before the daemon says READY, every shape of call up to max_batch jobs
+        that this engine compiles or captures, so that no request pays for it."""
+
     def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
               ) -> list[list[BranchResult] | Exception]:
         """For each job, for each branch, the logits at every node of its label trie.

@@ -169,6 +169,10 @@ class LlamaEngine:
         tries = [label_trie(b.candidates) for b in job.branches]
         return sum(len(s.entries) for s in self._steps(job, tries) if isinstance(s, Decode))
 
+    def warm_up(self, max_batch: int) -> None:
+        """Nothing to run: llama.cpp builds each call's compute graph as it goes and
+        compiles no shape ahead."""
+
     def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
               ) -> list[list[BranchResult] | Exception]:
         check_windows(jobs, self.info.n_ctx)

@@ -78,6 +78,9 @@ class ReferenceEngine:
         return sum(len(job.prefix) + len(b.suffix) + len(leaf) for b in job.branches
                    for leaf in trie_leaves(label_trie(b.candidates)))
 
+    def warm_up(self, max_batch: int) -> None:
+        """Nothing to run: transformers in eager mode compiles no shape ahead."""
+
     def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
               ) -> list[list[BranchResult] | Exception]:
         """A job is its chunk: stop is asked before each."""
