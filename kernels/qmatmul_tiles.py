@@ -11,7 +11,7 @@ import triton
 from . import arrivals
 from .qweight import QWeight
 
-LARGE_M = 1024  # rows from which dequantize + cuBLAS wins
+LARGE_M = 256  # rows from which dequantize (made ahead) + cuBLAS wins (docs/benchmarks.md)
 LARGE_W = 1 << 25  # ... for weights up to this many elements (not the 262k-row head)
 # gate/up from LARGE_M rows: the Triton matmul on the dequantized weight, gelu*up in its
 # epilogue, up to this many rows (it saves the [M, N] product's trip through memory, 8-10%
@@ -19,7 +19,7 @@ LARGE_W = 1 << 25  # ... for weights up to this many elements (not the 262k-row 
 DENSE_GELU_M = 8192
 
 Blocks = tuple[int, int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
-DENSE_BLOCKS = (128, 256, 64, 8, 3, 1)  # the H200 sweep's best with gelu from 1024 rows
+DENSE_BLOCKS = (128, 256, 64, 8, 3, 1)  # the H200 sweep's best with gelu at 1024 rows
 MAX_TILES = arrivals.SLOTS  # output tiles of one split-K launch
 
 

@@ -1,7 +1,7 @@
 """Matmul against packed quantized weights: the launchers of qmatmul_kernels.py's Triton
 kernels, the contract of qmatmul.py, on the tiles of qmatmul_tiles.py.
 
-From LARGE_M rows (a pass of a thousand tokens or more) the arithmetic, not the weight
+From LARGE_M rows (a pass of a few hundred tokens or more) the arithmetic, not the weight
 read, is the cost, and cuBLAS on a bf16 copy beats the fused kernel even after paying for
 the copy (measured on the H200, docs/benchmarks.md): a layer's weight is then dequantized
 by one kernel into a buffer (by the engine ahead of the layer, engines/dense_weights.py,

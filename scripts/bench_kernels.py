@@ -13,8 +13,8 @@ best tile with it in the epilogue, against the built-in path); attention (4 quer
 1 KV head, head dim 256) against F.scaled_dot_product_attention on equal-length causal
 sequences; the fused norms and RoPE (token rows per program, warps) at pass sizes from
 128 to 8192 tokens, beside gelu*up's kernel as a yardstick of bytes moved; dequantize
-(the weights of passes past 1024 rows) per weight, in GB/s; dense: the matmuls of
-passes past 1024 rows on the dequantized weight, cuBLAS against the Triton kernel's
+(the weights of passes past LARGE_M rows) per weight, in GB/s; dense: the matmuls of
+passes past LARGE_M rows on the dequantized weight, cuBLAS against the Triton kernel's
 tiles (gate_up also with gelu*up: cuBLAS then a gelu kernel, against the epilogue).
 Tiles compile in parallel processes first. Loads the kernels from this checkout; no
 network.
