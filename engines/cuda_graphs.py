@@ -9,9 +9,10 @@ expands them into the columns the model reads (kernels/columns.py). The graphs s
 memory pool (captured largest first), since they never run at the same time.
 
 Each graph returns the hidden states of the pass's output rows alone, up to a fixed
-number per size (`row_room`, the rest repeats the last row): a model whose later layers
-compute only those tokens (Gemma 4's KV-shared layers) does that inside the graph. A
-model that prunes nothing gathers them at the end, and its room is the whole size.
+number per size (its room, which `padded_rows` fills by repeating the last row): a model
+whose later layers compute only those tokens (Gemma 4's KV-shared layers) does that
+inside the graph; one that prunes nothing gathers them at the end, with a room of the
+whole size.
 
 A call of one pass with few answer rows and label rows (a handful of questions about one
 text, the latency case) also runs its head from a graph: the hidden states at up to
