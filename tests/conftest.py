@@ -24,6 +24,14 @@ from hypothesis import HealthCheck, settings
 from decider.catalog import Catalog
 from helpers.seeds import RUN_SEED, seeded
 
+# Without CUDA the Triton kernels' tests run in the interpreter (tests/helpers/interpreted.py),
+# which must be on before anything imports triton: a GPU test module collected earlier may
+if "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
 for name, examples in (("ci", 500), ("deep", 20_000)):
     settings.register_profile(name, max_examples=examples, deadline=None, print_blob=True,
                               suppress_health_check=[HealthCheck.too_slow])
