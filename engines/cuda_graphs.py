@@ -23,8 +23,6 @@ its values from. The rows, the head's label rows and the pass go up in one copy.
 
 from __future__ import annotations
 
-from itertools import chain, repeat
-
 import numpy as np
 import torch
 
@@ -93,9 +91,9 @@ class GraphRunner:
     def padded_rows(self, p: Pass, n: int) -> np.ndarray:
         """int32 [the room of size n]: p's rows, then its last repeated (computing a token
         twice is harmless; a far one would widen its query block's keys)."""
-        room = self._room[n]
-        return np.fromiter(chain(p.rows, repeat(p.rows[-1] if p.rows else 0,
-                                                room - len(p.rows))), np.int32, room)
+        out = np.full(self._room[n], p.rows[-1] if p.rows else 0, np.int32)
+        out[:len(p.rows)] = p.rows
+        return out
 
     def run(self, packed: torch.Tensor, rows: torch.Tensor, n: int) -> torch.Tensor:
         """A pass packed (passes.py) and its `padded_rows`, on the device, padded to n, a

@@ -173,11 +173,11 @@ class TorchEngine:
         """Every pass, then the head at the outputs. Each pass is packed and sent while the
         GPU runs the pass before it."""
         graphs = self._graphs
-        sizes = [(graphs.bucket(p) if graphs is not None and not p.cache else None)
-                 or p.tokens for p in layout.passes]
-        rows = [graphs.padded_rows(p, size) if graphs is not None and size in graphs.sizes
-                and not p.cache else np.asarray(p.rows, np.int32)
-                for p, size in zip(layout.passes, sizes, strict=True)]
+        # the captured size each pass replays, or None: it runs eagerly at its own size
+        buckets = [graphs.bucket(p) if graphs is not None and not p.cache else None
+                   for p in layout.passes]
+        rows = [graphs.padded_rows(p, n) if n else np.asarray(p.rows, np.int32)
+                for p, n in zip(layout.passes, buckets, strict=True)]
         outs = layout.outputs
         label_rows, src, roots = _head_indices(layout)
         self._staging.begin(sum(p.packed_size for p in layout.passes) + sum(map(len, rows))
@@ -185,20 +185,20 @@ class TorchEngine:
         hidden = torch.empty(len(outs), self.model.cfg.hidden, dtype=self.dtype,
                              device=self.device)
         at = 0
-        for p, size, pass_rows in zip(layout.passes, sizes, rows, strict=True):
+        for p, n, pass_rows in zip(layout.passes, buckets, rows, strict=True):
             packed = self._staging.put_pass(p)
             picked = self._staging.put(pass_rows)
             if p.cache == "write" and p.starts_sequence:
                 self.cache.clear()
             if p.cache:
-                h = self.model(columns(packed, size, p.window), self.cache,
+                h = self.model(columns(packed, p.tokens, p.window), self.cache,
                                write=p.cache == "write", rows=picked)
                 if p.cache == "write":
                     self.cache.advance(p.tokens)
-            elif graphs is not None and size in graphs.sizes:
-                h = graphs.run(packed, picked, size)
+            elif n:
+                h = graphs.run(packed, picked, n)
             else:
-                h = self.model(columns(packed, size, p.window), rows=picked)
+                h = self.model(columns(packed, p.tokens, p.window), rows=picked)
             hidden[at:at + len(p.rows)] = h[:len(p.rows)]
             at += len(p.rows)
         index = self._staging.put(np.array(label_rows + src + roots, np.int32))

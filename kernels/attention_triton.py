@@ -86,7 +86,7 @@ def _attention_kernel(
     rd = tl.arange(0, BLOCK_D)
     m_ok = rm < TQ
     d_ok = rd < HEAD_DIM
-    if HAS_ROWS:  # the pass token each query is (ascending)
+    if HAS_ROWS:  # the pass token each query is (best ascending: a block reads keys min..max)
         tok = tl.load(rows_ptr + rm, mask=m_ok, other=T)
         last = tl.max(tl.where(m_ok, tok, -1), 0) + 1
     else:
