@@ -13,14 +13,18 @@ from .qweight import QWeight
 
 LARGE_M = 256  # rows from which dequantize (made ahead) + cuBLAS wins (docs/benchmarks.md)
 LARGE_W = 1 << 25  # ... for weights up to this many elements (not the 262k-row head)
-# gate/up from LARGE_M rows: the Triton matmul on the dequantized weight, gelu*up in its
-# epilogue, up to this many rows (it saves the [M, N] product's trip through memory, 8-10%
-# on the 270M's gate/up); past them cuBLAS's speed wins even with a gelu kernel after it
-DENSE_GELU_M = 8192
+# gate/up in these rows: the Triton matmul on the dequantized weight, gelu*up in its
+# epilogue (it saves the [M, N] product's trip through memory, 8-10% on the 270M's
+# gate/up); outside them cuBLAS, then a gelu kernel: past them cuBLAS's speed wins, and
+# below them its 128-row tiles leave SMs idle (E2B at 256 rows: 82 TFLOP/s)
+DENSE_GELU_ROWS = range(1024, 8192 + 1)
 
 Blocks = tuple[int, int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
 DENSE_BLOCKS = (128, 256, 64, 8, 3, 1)  # the H200 sweep's best with gelu at 1024 rows
 MAX_TILES = arrivals.SLOTS  # output tiles of one split-K launch
+PROGRAMS = 256  # about two programs per SM (the H200 has 132)
+BIG_W = 1 << 24  # from this many elements a weight's read dominates a pass of <= 128 rows
+HEAD_N = 1 << 17  # ... unless it is a vocabulary's head (rows of its own, swept apart)
 
 
 def built_in(x: torch.Tensor, w: QWeight, n: int | None = None) -> Blocks:
@@ -59,10 +63,17 @@ def choose(m: int, n: int, k: int, group: int, bits: int, itemsize: int = 2) -> 
     to fill the GPU), and two K slices from K = 2048 (unless the tiles alone are more
     than the split-K counts hold: programs enough anyway). Past 16 rows fp32 operands
     (itemsize 4) take K tiles of at most 64, which keeps their pipelined tiles within the
-    shared memory."""
+    shared memory. Up to 16 rows of a weight of 1,024 rows or more, K slices until the
+    programs fill the GPU, and 17-128 rows of a large weight `_big_weight`'s tiles (the
+    sweep of Gemma 4 E2B's KV-shared layers)."""
     fits = k_tiles(k, group)
-    if m <= 16:  # label rows of the head, decode-like: weight-bandwidth bound
-        return 16, 64, fits[0], 4, 3, 1
+    if m <= 16:  # decode-like: weight-bandwidth bound
+        if n < 1024:  # a head's label rows
+            return 16, 64, fits[0], 4, 3, 1
+        bn = 64 if n >= 4096 else 32
+        return 16, bn, fits[0], 4, 3, _split(triton.cdiv(n, bn), k, fits[0])
+    if m <= 128 and BIG_W <= n * k and n < HEAD_N and itemsize <= 2:
+        return _big_weight(m, n, k, group, bits)
     bk = fits[0] if itemsize <= 2 else k_tile(k, group)
     bm = min(128 if n >= 1024 else 64, max(32, triton.next_power_of_2(m) // 2))
     bn = (16 if m <= 128 else 32) * (2 if n >= 4096 else 1)
@@ -74,6 +85,26 @@ def choose(m: int, n: int, k: int, group: int, bits: int, itemsize: int = 2) -> 
     if itemsize <= 2 and m <= 128 and wide > bk and k % (wide * split) == 0 \
             and wide % group == 0:
         bk = wide
+    return bm, bn, bk, 8 if bm * bn >= 128 * 64 else 4, 3, split
+
+
+def _split(programs: int, k: int, bk: int) -> int:
+    """K slices (up to 16) until the programs fill the GPU, each of whole K tiles."""
+    split = 1
+    while programs * split < PROGRAMS and split < 16 and k % (2 * split * bk) == 0:
+        split *= 2
+    return split
+
+
+def _big_weight(m: int, n: int, k: int, group: int, bits: int) -> Blocks:
+    """Tiles for 17-128 rows of a weight of BIG_W elements or more: every row in one M
+    tile (the weight is read once), N tiles of 64 for a wide weight, else narrow tiles
+    with 128 bytes of codes a row and two K slices of a long K (the E2B sweep)."""
+    bn, bk = (64, k_tile(k, group)) if n >= 8192 else (16, 8 * 128 // bits)
+    if bn == 16 and (k % bk or bk % group):
+        bk = k_tiles(k, group)[0]
+    bm = min(128 if bn == 64 else 64, triton.next_power_of_2(m))
+    split = 2 if bn == 16 and k >= 2048 and k % (2 * bk) == 0 else 1
     return bm, bn, bk, 8 if bm * bn >= 128 * 64 else 4, 3, split
 
 

@@ -1,7 +1,8 @@
 """Sweep the Triton kernels' tiles on CUDA, on Gemma 3 shapes (270M; dense: also 1B);
 print medians.
 
-    python scripts/bench_kernels.py [qmatmul] [attention] [fused] [dequantize] [dense]
+    python scripts/bench_kernels.py [qmatmul] [qmatmul-e2b] [attention] [fused] [dequantize]
+                                    [dense]
 
 Each timing replays a CUDA graph of back-to-back calls, as the engine's graphs run
 them: per-call time with no host launch cost, and for the matmuls with the weights
@@ -59,9 +60,15 @@ HIDDEN, Q, KV, FFN, HEAD_DIM, WINDOW = 640, 4 * 256, 256, 2048, 256, 512
 LINEARS = {"qkv": (HIDDEN, Q + 2 * KV, (8, 32)), "o": (Q, HIDDEN, (4, 32)),
            "gate_up": (HIDDEN, 2 * FFN, (8, 32)), "down": (FFN, HIDDEN, (8, 16))}
 ROWS = (64, 128, 256, 512, 1024, 2048)  # the graphs' pass sizes up to cuBLAS's
+# Gemma 4 E2B's KV-shared layers (Q4_0, double-wide MLP), at the rows their graphs hold
+# (a graph of n tokens: n / 8, at least 16): part "qmatmul-e2b"
+E2B_LINEARS = {"e2b q": (1536, 2048, (4, 32)), "e2b o": (2048, 1536, (4, 32)),
+               "e2b gate_up": (1536, 2 * 12288, (4, 32)), "e2b down": (12288, 1536, (4, 32))}
+E2B_ROWS = (16, 32, 64, 128)
+LINEARS.update(E2B_LINEARS)
 # qmatmul tiles: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
 TILES = [(bm, bn, bk, w, 3, s) for bm, bn, bk, w, s in itertools.product(
-    (32, 64, 128), (16, 32, 64, 128), (64, 128, 256), (4, 8), (1, 2, 4, 5, 8, 16))
+    (16, 32, 64, 128), (16, 32, 64, 128), (64, 128, 256), (4, 8), (1, 2, 4, 5, 8, 16))
     if bm * bk <= 128 * 128 and bn * bk <= 128 * 128 and (w == 4 or bm * bn >= 64 * 64)]
 # attention: BLOCK_M, BLOCK_N, warps, stages; for full attention also with a long block's
 # keys split over programs (splits, min key blocks each)
@@ -170,9 +177,11 @@ def compile_some(jobs: list) -> int:
 
 
 def precompile(parts: list[str], workers: int = 12) -> None:
-    forms = {(k, bits, group): name for name, (k, n, (bits, group)) in LINEARS.items()}
+    forms = {(k, bits, group): name for name, (k, n, (bits, group)) in LINEARS.items()
+             if ("e2b" in name) == ("qmatmul-e2b" in parts)}
     jobs = [("qmatmul", name, t) for (k, bits, group), name in forms.items()
-            for t in TILES if "qmatmul" in parts and fits(t, 1024, k, group)]
+            for t in TILES if {"qmatmul", "qmatmul-e2b"} & set(parts)
+            and fits(t, 1024, k, group)]
     jobs += [("attention", "", t) for t in ATT_TILES + ATT_SPLIT_TILES if "attention" in parts]
     jobs += [("fused", name, t) for t in FUSED_TILES for name in ("add_rms_norm", "qk_norm_rope")
              if "fused" in parts]
@@ -187,16 +196,18 @@ def precompile(parts: list[str], workers: int = 12) -> None:
     print(f"compiled {done} of {len(jobs)} tiles", flush=True)
 
 
-def bench_qmatmul() -> None:
-    print("qmatmul: per-call us in a graph; floor = cuBLAS on the dense weight")
-    print(f"{'linear':24} {'M':>5} {'built-in':>9} {'best':>7} {'floor':>7}  best tiles")
-    for name, (k, n, (bits, group)) in LINEARS.items():
+def bench_qmatmul(linears: dict, rows: tuple) -> None:
+    print("qmatmul: per-call us in a graph; floor = cuBLAS on the dense weight; GB/s of "
+          "packed weight read by the best tile")
+    print(f"{'linear':24} {'M':>5} {'built-in':>9} {'best':>7} {'floor':>7} {'GB/s':>6}  "
+          "best tiles")
+    for name, (k, n, (bits, group)) in linears.items():
         w0 = random_qweight(n, k, bits, group)
         copies = [w0] + [random_qweight(n, k, bits, group)
                          for _ in range(max(L2_BYTES // w0.nbytes(), 1))]
         dense = [qm.dequantize(w, DTYPE) for w in copies[:max(
             L2_BYTES // (2 * n * k), 1)]]
-        for m in ROWS:
+        for m in rows:
             x = torch.randn(m, k, device=DEV, dtype=DTYPE)
             out = torch.empty(m, n, device=DEV, dtype=DTYPE)
 
@@ -207,8 +218,9 @@ def bench_qmatmul() -> None:
             floor = graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense]) * 1e3
             ranked, best = rank(calls, [t for t in TILES if fits(t, m, k, group)])
             print(f"{name} {bits}b g{group} [{n}x{k}]".ljust(24),
-                  f"{m:5d} {builtin:9.1f} {ranked[0][0]:7.1f} {floor:7.1f}  {best}", flush=True)
-            if name == "gate_up":  # with gelu*up: in the fused epilogue, or a kernel after
+                  f"{m:5d} {builtin:9.1f} {ranked[0][0]:7.1f} {floor:7.1f} "
+                  f"{w0.nbytes() / ranked[0][0] / 1e3:6.0f}  {best}", flush=True)
+            if name.endswith("gate_up"):  # with gelu*up: in the fused epilogue, or a kernel after
                 fused = graph_ms([lambda w=w: qmt.qmatmul_gelu_triton(x, w, ranked[0][1])
                                   for w in copies]) * 1e3
                 plain = graph_ms([lambda w=w: qmt.qmatmul_gelu_triton(x, w)
@@ -329,7 +341,9 @@ def main() -> None:
     parts = sys.argv[1:] or ["qmatmul", "attention", "fused"]
     precompile(parts)
     if "qmatmul" in parts:
-        bench_qmatmul()
+        bench_qmatmul({k: v for k, v in LINEARS.items() if k not in E2B_LINEARS}, ROWS)
+    if "qmatmul-e2b" in parts:
+        bench_qmatmul(E2B_LINEARS, E2B_ROWS)
     if "attention" in parts:
         bench_attention()
     if "fused" in parts:

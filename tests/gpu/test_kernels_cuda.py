@@ -53,18 +53,20 @@ def random_qweight(n: int, k: int, bits: int, group: int) -> qm.QWeight:
 
 QUANTS = {"q4-g32": (4, 32), "q8-g32": (8, 32), "q6k-g16": (8, 16)}
 # (K, N): 270M q/gate-up/down (hidden 640, q 4x256, ffn 2048), 1B q/gate-up/down
-# (hidden 1152, ffn 6912).
-SHAPES = [(640, 1024), (640, 2048), (2048, 640), (1152, 1024), (1152, 6912), (6912, 1152)]
+# (hidden 1152, ffn 6912), Gemma 4 E2B's KV-shared layers' o/gate-up/down (q 8x256,
+# the double-wide MLP of 2 x 12288: the tiles of weights of 2^24 elements or more)
+SHAPES = [(640, 1024), (640, 2048), (2048, 640), (1152, 1024), (1152, 6912), (6912, 1152),
+          (2048, 1536), (1536, 24576), (12288, 1536)]
 
 
 DTYPES = [torch.float16, torch.bfloat16]  # the engine's default on CUDA, and the option
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("m", [1, 4, 100, 4096])
+@pytest.mark.parametrize("m", [1, 4, 64, 100, 4096])
 @pytest.mark.parametrize("k,n", SHAPES, ids=lambda v: str(v))
 @pytest.mark.parametrize("quant", QUANTS)
-def test_qmatmul_on_gemma3_shapes(quant, k, n, m, dtype):
+def test_qmatmul_on_gemma_shapes(quant, k, n, m, dtype):
     w = random_qweight(n, k, *QUANTS[quant])
     x = torch.randn(m, k, device=DEV).to(dtype)
     close(qmatmul_triton(x, w), qm.qmatmul(x.float(), w))
@@ -75,8 +77,8 @@ def test_qmatmul_on_gemma3_shapes(quant, k, n, m, dtype):
 @pytest.mark.parametrize("k,n", [(640, 4096), (1152, 13824)], ids=str)
 def test_qmatmul_gelu_on_gemma3_gate_up_shapes(k, n, m, dtype):
     """gelu(gate) * up in the epilogue (fp32, before any rounding) of the packed matmul,
-    from LARGE_M of the matmul on the dequantized weight, past DENSE_GELU_M cuBLAS then
-    gelu_mul: against the reference on the same interleaved weight."""
+    from LARGE_M of the matmul on the dequantized weight in DENSE_GELU_ROWS, outside them
+    cuBLAS then gelu_mul: against the reference on the same interleaved weight."""
     from decider.kernels.qmatmul_triton import qmatmul_gelu_triton
 
     w = random_qweight(n, k, 8, 32)
