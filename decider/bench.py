@@ -57,7 +57,7 @@ class RawLlama:
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
 
     def p_yes(self, prompt: str, yes: int, no: int) -> float:
-        from decider.engines.llama import tokenize_with
+        from decider.engines.llama_lib import tokenize_with
 
         ll = self.ll
         ids = [ll.llama_vocab_bos(self.vocab), *tokenize_with(self.vocab, prompt)]

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import llama_cpp as ll
@@ -26,30 +25,13 @@ from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Stop, Tokens,
                    check_windows, label_trie, resolve_n_ctx)
 from .faults import begin_pass
+from .llama_lib import captured_log, kv_caches, load_model, tokenize_with
 from .llama_layout import (Copy, Decode, Entry, Remove, Step, alone_steps, shared_groups,
                            shared_steps)
 
 log = structlog.get_logger("decider.engines.llama")
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
-
-# llama.cpp logs through one process-wide callback; model and context creation are
-# captured to read back what the context really allocated (KV cells, sizes).
-_capture_lock = threading.Lock()
-_captured: list[str] | None = None
-
-
-@ll.llama_log_callback
-def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-    if _captured is not None:
-        _captured.append(text.decode("utf-8", "replace"))
-
-
-ll.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
-ll.llama_backend_init()
-
-_KV_LINE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers")
-
 
 class LlamaEngine:
     name = "llama"
@@ -75,12 +57,12 @@ class LlamaEngine:
         self._model = self._ctx = self._batch = None
         try:
             with captured_log() as lines:
-                n_ctx = self._load(path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers,
-                                   flash_attn, repack)
+                n_ctx = self._load(lines, path, n_ctx, n_parallel, n_batch, n_threads,
+                                   n_gpu_layers, flash_attn, repack)
         except BaseException:
             self.close()
             raise
-        self.kv_caches = _kv_caches(lines)  # what the context really allocated
+        self.kv_caches = kv_caches(lines)  # what the context really allocated
         log.info("kv caches", model=path.name, caches=[  # full attention, then sliding
             {"MiB": round(b / 2**20, 2), "cells": c, "layers": n} for b, c, n in self.kv_caches])
         self._n_swa = ll.llama_model_n_swa(self._model)
@@ -107,8 +89,8 @@ class LlamaEngine:
             sentinel=SENTINEL,
         )
 
-    def _load(self, path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers, flash_attn,
-              repack) -> int:
+    def _load(self, lines, path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers,
+              flash_attn, repack) -> int:
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         # Repacked CPU weights (llama.cpp's extra buffer types) make logits depend on how
@@ -116,10 +98,7 @@ class LlamaEngine:
         # here past a few hundred tokens. Flash attention does too once a batch passes 64
         # tokens (up to 0.2), but saves ~12%, so llama.cpp's default (on) stays.
         mparams.use_extra_bufts = repack
-        self._model = ll.llama_model_load_from_file(str(path).encode(), mparams)
-        if not self._model:
-            raise EngineFailure(f"llama.cpp could not load {path}: {load_error(_captured)}",
-                                model_path=path)
+        self._model = load_model(path, mparams, lines)
         self._vocab = ll.llama_model_get_vocab(self._model)
         n_ctx_train = ll.llama_model_n_ctx_train(self._model)
         n_ctx = resolve_n_ctx(n_ctx, n_ctx_train)
@@ -181,7 +160,7 @@ class LlamaEngine:
             fault = begin_pass("llama.cpp")
             for i, job in enumerate(jobs):
                 try:
-                    results.append(self._score_job(job, fault, stop and (lambda i=i: stop(i))))
+                    results.append(self._score_job(job, fault, stop and partial(stop, i)))
                 except _Stopped as s:
                     results.append(s.error)
         return results
@@ -285,30 +264,6 @@ class LlamaEngine:
         return np.ctypeslib.as_array(base, shape=((j + 1) * self._n_vocab,))[j * self._n_vocab:]
 
 
-def tokenize_with(vocab, text: str, special: bool = False) -> list[int]:
-    """Token ids of `text` in a llama.cpp vocabulary, no BOS added. special: control
-    tokens spelled in the text are parsed (the prompt template's markers); otherwise the
-    text stays text, even where llama.cpp would match a token that is both user-defined
-    and control (Gemma 3's `</s>`): that spelling is split after its first
-    character, so no control token comes out of user text."""
-    data = text.encode("utf-8")
-    buf = (ll.llama_token * (len(data) + 8))()
-    n = ll.llama_tokenize(vocab, data, len(data), buf, len(buf), False, special)
-    if n < 0:  # cannot happen with one slot per byte, but never read past the buffer
-        raise EngineFailure(f"tokenizer needed {-n} slots for {len(data)} bytes")
-    ids = buf[:n]
-    if special:
-        return ids
-    control = next((i for i in ids
-                    if ll.llama_vocab_get_attr(vocab, i) & ll.LLAMA_TOKEN_ATTR_CONTROL), None)
-    if control is None:
-        return ids
-    at = text.find(ll.llama_vocab_get_text(vocab, control).decode("utf-8", "replace")) + 1
-    if not 0 < at < len(text):  # a spelling llama.cpp stores otherwise: nothing to split
-        return ids
-    return tokenize_with(vocab, text[:at]) + tokenize_with(vocab, text[at:])
-
-
 class _Stopped(Exception):
     """The caller's stop ended a job between chunks; `error` is the job's result."""
 
@@ -319,35 +274,7 @@ class _Stopped(Exception):
 def _logsumexp(row: np.ndarray) -> float:
     """In float32 with a float64 sum (8x faster than all in float64 over 262,144 logits).
     A NaN anywhere gives NaN, a +inf gives inf: the guard refuses both."""
-    m = row.max()
+    m = row.max()  # NaN if any is; -inf only if all are
     if not np.isfinite(m):
-        finite = row[np.isfinite(row)]
-        if finite.size == 0 or np.isnan(m):
-            return float("nan")
-        return float("inf")
+        return float("inf") if m == np.inf else float("nan")
     return float(m) + float(np.log(np.exp(row - m).sum(dtype=np.float64)))
-
-
-@contextmanager
-def captured_log() -> Iterator[list[str]]:
-    global _captured
-    with _capture_lock:
-        _captured = lines = []
-        try:
-            yield lines
-        finally:
-            _captured = None
-
-
-def load_error(lines: list[str] | None) -> str:
-    """Why llama.cpp refused a file, from what it logged while loading: its error lines."""
-    lines = [line.strip() for line in lines or () if line.strip()]
-    errors = [line for line in lines if "error" in line or "failed" in line]
-    return "; ".join(errors[-3:] or lines[-1:]) or "llama.cpp logged no reason"
-
-
-def _kv_caches(lines: list[str]) -> list[tuple[int, int, int]]:
-    """(bytes, cells, layers) of each KV cache llama.cpp allocated: full, then sliding."""
-    return [
-        (int(float(m[1]) * 2**20), int(m[2]), int(m[3])) for m in _KV_LINE.finditer("".join(lines))
-    ]

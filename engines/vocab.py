@@ -32,15 +32,12 @@ class Vocab:
             self._hf_plain = Tokenizer.from_str(self._hf.to_str())
             self._hf_plain.encode_special_tokens = True  # a per-tokenizer switch, not per call
             return
-        from .llama import captured_log, ll, load_error  # initialises llama.cpp; its log
+        from .llama_lib import captured_log, ll, load_model  # initialises llama.cpp
 
         params = ll.llama_model_default_params()
         params.vocab_only = True
         with captured_log() as lines:
-            self._model = ll.llama_model_load_from_file(str(path).encode(), params)
-        if not self._model:
-            raise EngineFailure(f"llama.cpp could not load the tokenizer of {path}: "
-                                f"{load_error(lines)}", model_path=path)
+            self._model = load_model(path, params, lines, "the tokenizer of ")
         self._vocab = ll.llama_model_get_vocab(self._model)
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
@@ -49,13 +46,13 @@ class Vocab:
             return hf.encode(text, add_special_tokens=False).ids
         if self._model is None:
             raise EngineFailure(f"{self.path} holds no tokenizer")
-        from .llama import tokenize_with
+        from .llama_lib import tokenize_with
 
         return tokenize_with(self._vocab, text, special)
 
     def close(self) -> None:
         if self._model:
-            from .llama import ll
+            from .llama_lib import ll
 
             ll.llama_model_free(self._model)
             self._model = None

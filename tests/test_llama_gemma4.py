@@ -11,7 +11,7 @@ import pytest
 
 ll = pytest.importorskip("llama_cpp")
 from decider.engines import Branch, ScoreJob, load_engine  # noqa: E402
-from decider.engines.llama import _kv_caches, captured_log  # noqa: E402
+from decider.engines.llama_lib import captured_log, kv_caches  # noqa: E402
 from decider.engines.random_gemma4 import (  # noqa: E402
     MIXED,
     QAT_Q4_0,
@@ -192,7 +192,7 @@ def _context_caches(path, n_ctx: int, n_ubatch: int, n_seq: int) -> list[tuple[i
         ctx = ll.llama_init_from_model(model, cparams)
     try:
         assert ctx, "llama.cpp could not create the context"
-        return _kv_caches(lines)
+        return kv_caches(lines)
     finally:
         ll.llama_free(ctx)
         ll.llama_model_free(model)

@@ -1,0 +1,91 @@
+"""llama.cpp itself, for the engine and the vocabulary: the library initialised once, its
+log captured while a model or context is made (what it allocated, why it refused a file),
+and its tokenizer."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import llama_cpp as ll
+
+from decider.errors import EngineFailure
+
+# llama.cpp logs through one process-wide callback; model and context creation are
+# captured to read back what the context really allocated (KV cells, sizes).
+_capture_lock = threading.Lock()
+_captured: list[str] | None = None
+
+
+@ll.llama_log_callback
+def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    if _captured is not None:
+        _captured.append(text.decode("utf-8", "replace"))
+
+
+ll.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
+ll.llama_backend_init()
+
+_KV_LINE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers")
+
+
+def load_model(path, params, lines: list[str], what: str = ""):
+    """llama_model_load_from_file, inside captured_log (`lines`): a refusal raises with
+    the reason llama.cpp logged."""
+    model = ll.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise EngineFailure(f"llama.cpp could not load {what}{path}: {load_error(lines)}",
+                            model_path=path)
+    return model
+
+
+def tokenize_with(vocab, text: str, special: bool = False) -> list[int]:
+    """Token ids of `text` in a llama.cpp vocabulary, no BOS added. special: control
+    tokens spelled in the text are parsed (the prompt template's markers); otherwise the
+    text stays text, even where llama.cpp would match a token that is both user-defined
+    and control (Gemma 3's `</s>`): that spelling is split after its first
+    character, so no control token comes out of user text."""
+    data = text.encode("utf-8")
+    buf = (ll.llama_token * (len(data) + 8))()
+    n = ll.llama_tokenize(vocab, data, len(data), buf, len(buf), False, special)
+    if n < 0:  # cannot happen with one slot per byte, but never read past the buffer
+        raise EngineFailure(f"tokenizer needed {-n} slots for {len(data)} bytes")
+    ids = buf[:n]
+    if special:
+        return ids
+    control = next((i for i in ids
+                    if ll.llama_vocab_get_attr(vocab, i) & ll.LLAMA_TOKEN_ATTR_CONTROL), None)
+    if control is None:
+        return ids
+    at = text.find(ll.llama_vocab_get_text(vocab, control).decode("utf-8", "replace")) + 1
+    if not 0 < at < len(text):  # a spelling llama.cpp stores otherwise: nothing to split
+        return ids
+    return tokenize_with(vocab, text[:at]) + tokenize_with(vocab, text[at:])
+
+
+@contextmanager
+def captured_log() -> Iterator[list[str]]:
+    global _captured
+    with _capture_lock:
+        _captured = lines = []
+        try:
+            yield lines
+        finally:
+            _captured = None
+
+
+def load_error(lines: list[str] | None) -> str:
+    """Why llama.cpp refused a file, from what it logged while loading: its error lines."""
+    lines = [line.strip() for line in lines or () if line.strip()]
+    errors = [line for line in lines if "error" in line or "failed" in line]
+    return "; ".join(errors[-3:] or lines[-1:]) or "llama.cpp logged no reason"
+
+
+def kv_caches(lines: list[str]) -> list[tuple[int, int, int]]:
+    """(bytes, cells, layers) of each KV cache llama.cpp allocated: full, then sliding."""
+    return [
+        (int(float(m[1]) * 2**20), int(m[2]), int(m[3])) for m in _KV_LINE.finditer("".join(lines))
+    ]
