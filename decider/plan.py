@@ -4,10 +4,9 @@ from the branches' raw logits to typed answers."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from decider.engines.base import Branch, BranchResult, Engine, ScoreJob
 
@@ -31,7 +30,7 @@ from .questions import (
     YesNo,
     options_of,
 )
-from .scoring import Candidates, answer_log_probs, build_candidates, label_mass
+from .scoring import Candidates, answer_log_probs, build_candidates, label_mass, logsumexp
 
 Tokenize = Callable[..., list[int]]  # (text, special=False): the engine's tokenize
 
@@ -141,8 +140,8 @@ def _refuse_control_labels(request: Request, tokenize: Tokenize) -> None:
 
 def _probabilities(key: _BranchKey, result: BranchResult) -> dict[str, float]:
     lp = answer_log_probs(key.candidates, result, len(key.answers))
-    p = np.exp(lp - np.logaddexp.reduce(lp))
-    return {name: float(v) for name, v in zip(key.answers, p)}
+    total = logsumexp(lp)
+    return {name: math.exp(v - total) for name, v in zip(key.answers, lp)}
 
 
 def _answer(q: Question, keys, scored: list[tuple[dict[str, float], float]]) -> Answer:
