@@ -37,6 +37,7 @@ class Observer(grpc.aio.ServerInterceptor):
         self.metrics = metrics
         self.log_text = log_text  # the operator's opt-in; off, no text is ever logged
         self._observed: dict[str, tuple] = {}  # per method: (its handler, the one wrapped)
+        self._outcomes: dict[str, object] = {}  # the requests counter's child per outcome
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
@@ -83,7 +84,9 @@ class Observer(grpc.aio.ServerInterceptor):
     def record(self, method: str, rid: str, started: float, outcome: str, **fields) -> None:
         seconds = time.monotonic() - started
         if method in ("Decide", "DecideItem"):
-            self.metrics.requests.labels(outcome).inc()
+            if outcome not in self._outcomes:  # labels() looked up once per outcome
+                self._outcomes[outcome] = self.metrics.requests.labels(outcome)
+            self._outcomes[outcome].inc()
             self.metrics.latency.observe(seconds)
             if "prompt_tokens" in fields:
                 self.metrics.prompt_tokens.inc(fields["prompt_tokens"])

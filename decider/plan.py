@@ -101,11 +101,12 @@ def check_work(engine: Engine, job: ScoreJob, limits: Limits) -> None:
 
 def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int,
                short: Tokenize | None = None) -> Plan:
-    """short: the tokenizer for everything but the prefix (which holds the text), where a
-    cached one saves the recurring pieces' tokenization."""
+    """short: the tokenizer for everything but the prefix's text and instructions, where
+    a cached one saves the recurring pieces' tokenization (the template's markers too)."""
     short = short or tokenize
     _refuse_control_labels(request, short)
-    prefix = (bos, *_tokens(fmt.render_prefix(request.text, request.instructions), tokenize))
+    prefix = (bos, *_tokens(fmt.render_prefix(request.text, request.instructions), tokenize,
+                            short))
     end = _tokens(fmt.render_end(), short)
     branches, keys = [], []
     for q in request.questions:
@@ -118,9 +119,13 @@ def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int
     return Plan(ScoreJob(prefix, tuple(branches)), request.questions, tuple(keys))
 
 
-def _tokens(pieces: tuple[Piece, ...], tokenize: Tokenize) -> tuple[int, ...]:
-    """Template markers with special tokens parsed; everything else as plain text."""
-    return tuple(t for text, marker in pieces for t in tokenize(text, special=marker))
+def _tokens(pieces: tuple[Piece, ...], tokenize: Tokenize,
+            markers: Tokenize | None = None) -> tuple[int, ...]:
+    """Template markers with special tokens parsed (by `markers` where given); everything
+    else as plain text."""
+    markers = markers or tokenize
+    return tuple(t for text, marker in pieces
+                 for t in (markers if marker else tokenize)(text, special=marker))
 
 
 def _refuse_control_labels(request: Request, tokenize: Tokenize) -> None:
