@@ -21,6 +21,8 @@ from .engine_loop import dumps
 from .engines import ScoreJob
 from .errors import DeciderError
 
+POLLIN = int(zmq.POLLIN)  # a plain int: the flag type's operators cost more than the test
+
 
 class EngineClient:
     def __init__(self, address: str) -> None:
@@ -86,11 +88,8 @@ class EngineClient:
 
     def _receive(self) -> None:
         """Everything the socket holds: its FD says only that there may be some."""
-        while True:
-            try:
-                message = self._sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        while self._sock.get(zmq.EVENTS) & POLLIN:
+            message = self._sock.recv(zmq.NOBLOCK)
             for outcome in pickle.loads(message):
                 self.answered += 1
                 future = self._pending.pop(outcome[0], None)
