@@ -26,7 +26,7 @@ from .plan import Plan, Planner
 from .prompts import FORMATS
 from .questions import Limits, Request
 
-INLINE_TEXT = 2048  # characters: llama.cpp tokenizes them in about a millisecond
+INLINE_TEXT = 2048  # characters: at most a few ms of the tokenizer, held by an idle loop
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ def logsumexp(values: Sequence[float]) -> float:
     return m if m == -math.inf else m + math.log(math.fsum(math.exp(v - m) for v in values))
 
 
-# The rows are a few label tokens long: Python floats cost a tenth of numpy's calls here.
+# The rows are a few label tokens long: numpy's cost per call outweighs the math on them.
 def _log_softmax(x: np.ndarray) -> list[float]:
     v = x.tolist()  # float32 -> float64
     lse = logsumexp(v)
