@@ -22,9 +22,11 @@ from .errors import (
     QueueFull,
     Unavailable,
 )
-from .plan import Planner
+from .plan import Plan, Planner
 from .prompts import FORMATS
 from .questions import Limits, Request
+
+INLINE_TEXT = 2048  # characters: at most a few ms of the tokenizer, held by an idle loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,7 @@ class Frontend:
         self.limits = limits
         self.accepting = True  # False while draining
         self._held: Counter[str] = Counter()  # places in the queue per TCP connection
+        self._in_threads = 0  # requests being planned in the threads
         self._planning = ThreadPoolExecutor(min(8, os.cpu_count() or 1), "decider-plan")
 
     def served(self) -> ModelFacts | None:
@@ -98,6 +101,20 @@ class Frontend:
                             f"the queue of {self.max_queue})", max_queue=self.max_queue,
                             connection_share=self.share)
 
+    async def _plan(self, served: Served, request: Request) -> Plan:
+        """A short text with nothing else in flight is planned here: the thread hop would
+        cost more than the tokenizer. Otherwise in a thread, since llama.cpp's tokenizer
+        lets go of the GIL: requests are tokenized side by side."""
+        if not self._in_threads and not served.client.outstanding \
+                and len(request.text) <= INLINE_TEXT:
+            return served.planner.plan(request)
+        self._in_threads += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._planning, served.planner.plan, request)
+        finally:
+            self._in_threads -= 1
+
     async def submit(self, request: Request, deadline: float | None = None,
                      model: str = "", admitted: bool = False, caller: str = "") -> Outcome:
         """The decision for a request; deadline in time.monotonic() seconds; admitted: its
@@ -110,9 +127,7 @@ class Frontend:
         if model and model != served.facts.name:
             raise ModelNotFound(f"model {model!r} is not served here; this daemon serves "
                                 f"{served.facts.name!r}", model=model)
-        # llama.cpp's tokenizer lets go of the GIL: requests are tokenized side by side
-        plan = await asyncio.get_running_loop().run_in_executor(
-            self._planning, served.planner.plan, request)
+        plan = await self._plan(served, request)
         if not self.accepting:  # a drain began while it was planned: it waits for no plan
             raise Unavailable("the service is draining; retry shortly")
         if not admitted:

@@ -36,13 +36,21 @@ class Observer(grpc.aio.ServerInterceptor):
     def __init__(self, metrics: Metrics, log_text: bool = False) -> None:
         self.metrics = metrics
         self.log_text = log_text  # the operator's opt-in; off, no text is ever logged
+        self._observed: dict[str, tuple] = {}  # per method: (its handler, the one wrapped)
+        self._outcomes: dict[str, object] = {}  # the requests counter's child per outcome
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
         if handler is None or not details.method.startswith(SERVICE_PREFIX) \
                 or handler.unary_unary is None:
             return handler
-        method = details.method.removeprefix(SERVICE_PREFIX)
+        known = self._observed.get(details.method)
+        if known is None or known[0] is not handler:  # wrapped once, not per call
+            known = self._observed[details.method] = (
+                handler, self._wrap(details.method.removeprefix(SERVICE_PREFIX), handler))
+        return known[1]
+
+    def _wrap(self, method: str, handler):
         inner, decode = handler.unary_unary, handler.request_deserializer
 
         async def observed(raw: bytes, context):
@@ -76,7 +84,9 @@ class Observer(grpc.aio.ServerInterceptor):
     def record(self, method: str, rid: str, started: float, outcome: str, **fields) -> None:
         seconds = time.monotonic() - started
         if method in ("Decide", "DecideItem"):
-            self.metrics.requests.labels(outcome).inc()
+            if outcome not in self._outcomes:  # labels() looked up once per outcome
+                self._outcomes[outcome] = self.metrics.requests.labels(outcome)
+            self._outcomes[outcome].inc()
             self.metrics.latency.observe(seconds)
             if "prompt_tokens" in fields:
                 self.metrics.prompt_tokens.inc(fields["prompt_tokens"])

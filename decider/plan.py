@@ -4,10 +4,9 @@ from the branches' raw logits to typed answers."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from decider.engines.base import Branch, BranchResult, Engine, ScoreJob
 
@@ -31,7 +30,7 @@ from .questions import (
     YesNo,
     options_of,
 )
-from .scoring import Candidates, answer_log_probs, build_candidates, label_mass
+from .scoring import Candidates, answer_log_probs, build_candidates, label_mass, logsumexp
 
 Tokenize = Callable[..., list[int]]  # (text, special=False): the engine's tokenize
 
@@ -102,11 +101,12 @@ def check_work(engine: Engine, job: ScoreJob, limits: Limits) -> None:
 
 def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int,
                short: Tokenize | None = None) -> Plan:
-    """short: the tokenizer for everything but the prefix (which holds the text), where a
-    cached one saves the recurring pieces' tokenization."""
+    """short: the tokenizer for everything but the prefix's text and instructions, where
+    a cached one saves the recurring pieces' tokenization (the template's markers too)."""
     short = short or tokenize
     _refuse_control_labels(request, short)
-    prefix = (bos, *_tokens(fmt.render_prefix(request.text, request.instructions), tokenize))
+    prefix = (bos, *_tokens(fmt.render_prefix(request.text, request.instructions), tokenize,
+                            short))
     end = _tokens(fmt.render_end(), short)
     branches, keys = [], []
     for q in request.questions:
@@ -119,9 +119,13 @@ def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int
     return Plan(ScoreJob(prefix, tuple(branches)), request.questions, tuple(keys))
 
 
-def _tokens(pieces: tuple[Piece, ...], tokenize: Tokenize) -> tuple[int, ...]:
-    """Template markers with special tokens parsed; everything else as plain text."""
-    return tuple(t for text, marker in pieces for t in tokenize(text, special=marker))
+def _tokens(pieces: tuple[Piece, ...], tokenize: Tokenize,
+            markers: Tokenize | None = None) -> tuple[int, ...]:
+    """Template markers with special tokens parsed (by `markers` where given); everything
+    else as plain text."""
+    markers = markers or tokenize
+    return tuple(t for text, marker in pieces
+                 for t in (markers if marker else tokenize)(text, special=marker))
 
 
 def _refuse_control_labels(request: Request, tokenize: Tokenize) -> None:
@@ -141,8 +145,8 @@ def _refuse_control_labels(request: Request, tokenize: Tokenize) -> None:
 
 def _probabilities(key: _BranchKey, result: BranchResult) -> dict[str, float]:
     lp = answer_log_probs(key.candidates, result, len(key.answers))
-    p = np.exp(lp - np.logaddexp.reduce(lp))
-    return {name: float(v) for name, v in zip(key.answers, p)}
+    total = logsumexp(lp)
+    return {name: math.exp(v - total) for name, v in zip(key.answers, lp)}
 
 
 def _answer(q: Question, keys, scored: list[tuple[dict[str, float], float]]) -> Answer:

@@ -16,6 +16,7 @@ Rule (documented in docs/scoring.md):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -48,30 +49,30 @@ def build_candidates(
     return Candidates(tuple(ended), tuple(ended.values()))
 
 
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - (m + np.log(np.exp(x - m).sum()))
+def logsumexp(values: Sequence[float]) -> float:
+    m = max(values)
+    return m if m == -math.inf else m + math.log(math.fsum(math.exp(v - m) for v in values))
 
 
-def answer_log_probs(cands: Candidates, result: BranchResult, n_answers: int) -> np.ndarray:
+# The rows are a few label tokens long: numpy's cost per call outweighs the math on them.
+def _log_softmax(x: np.ndarray) -> list[float]:
+    v = x.tolist()  # float32 -> float64
+    lse = logsumexp(v)
+    return [a - lse for a in v]
+
+
+def answer_log_probs(cands: Candidates, result: BranchResult, n_answers: int) -> list[float]:
     """log P(answer) for each answer of one branch, pooled over its surface forms."""
-    nodes = {node.path: node for node in result}
-    steps = {
-        path: dict(zip(node.token_ids, _log_softmax(node.logits)))
-        for path, node in nodes.items()
-    }
+    steps = {node.path: dict(zip(node.token_ids, _log_softmax(node.logits)))
+             for node in result}
     per_answer: list[list[float]] = [[] for _ in range(n_answers)]
     for seq, owner in zip(cands.sequences, cands.owner):
-        per_answer[owner].append(sum(steps[seq[:k]][seq[k]] for k in range(len(seq))))
-    out = np.full(n_answers, -np.inf)
-    for i, lps in enumerate(per_answer):
-        if lps:
-            out[i] = np.logaddexp.reduce(np.array(lps))
-    return out
+        per_answer[owner].append(math.fsum(steps[seq[:k]][seq[k]] for k in range(len(seq))))
+    return [logsumexp(lps) if lps else -math.inf for lps in per_answer]
 
 
 def label_mass(result: BranchResult) -> float:
     root = next(node for node in result if node.path == ())
-    lse = root.logsumexp
-    return float(np.exp(root.logits.astype(np.float64) - lse).sum()) if lse is not None else 0.0
+    if root.logsumexp is None:
+        return 0.0
+    return math.fsum(math.exp(v - root.logsumexp) for v in root.logits.tolist())
