@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import triton
+from graph_timing import graph_ms, rank, tile_us
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 
@@ -64,8 +65,8 @@ ROWS = (64, 128, 256, 512, 1024, 2048)  # the graphs' pass sizes up to cuBLAS's
 # (a graph of n tokens: n / 8, at least 16): part "qmatmul-e2b"
 E2B_LINEARS = {"e2b q": (1536, 2048, (4, 32)), "e2b o": (2048, 1536, (4, 32)),
                "e2b gate_up": (1536, 2 * 12288, (4, 32)), "e2b down": (12288, 1536, (4, 32))}
-E2B_ROWS = (16, 32, 64, 128)
-LINEARS.update(E2B_LINEARS)
+QMATMUL_PARTS = {"qmatmul": (LINEARS, ROWS), "qmatmul-e2b": (E2B_LINEARS, (16, 32, 64, 128))}
+ALL_LINEARS = {**LINEARS, **E2B_LINEARS}  # by name, for the compiling workers
 # qmatmul tiles: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
 TILES = [(bm, bn, bk, w, 3, s) for bm, bn, bk, w, s in itertools.product(
     (16, 32, 64, 128), (16, 32, 64, 128), (64, 128, 256), (4, 8), (1, 2, 4, 5, 8, 16))
@@ -94,41 +95,6 @@ DENSE_TILES = [(bm, bn, 64, w, s, split) for bm, bn, w, s, split in itertools.pr
 DEQ_TILES = list(itertools.product((16, 32, 64, 128), (32, 64, 128, 256), (2, 4, 8)))
 
 
-def graph_ms(calls: list, replays: int = 10) -> float:
-    """Median ms per call of `calls` replayed back to back in one CUDA graph."""
-    for f in calls[:2]:
-        f()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in calls:
-            f()
-    times = []
-    for _ in range(replays):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / len(calls))
-    return sorted(times)[len(times) // 2]
-
-
-def tile_us(calls: list) -> float:
-    """Per-call us of `calls` in a graph; infinity for a tile that does not fit the chip."""
-    try:
-        return graph_ms(calls) * 1e3
-    except Exception:  # noqa: BLE001 - out of shared memory or registers
-        return float("inf")
-
-
-def rank(calls_of, tiles) -> tuple[list, str]:
-    """(us, tile) for each tile, fastest first (`calls_of(tile)`: the calls a graph
-    replays), and the best three as text."""
-    ranked = sorted((tile_us(calls_of(t)), t) for t in tiles)
-    return ranked, "  ".join(f"{t} {us:.1f}" for us, t in ranked[:3])
-
-
 def random_qweight(n: int, k: int, bits: int, group: int):
     scale = torch.rand(n, k // group, device=DEV) * 0.02
     if bits == 4:
@@ -151,7 +117,7 @@ def compile_some(jobs: list) -> int:
     for kernel, name, tile in jobs:
         try:
             if kernel == "qmatmul":
-                k, n, (bits, group) = LINEARS[name]
+                k, n, (bits, group) = ALL_LINEARS[name]
                 qmt.qmatmul_triton(torch.randn(tile[0], k, device=DEV, dtype=DTYPE),
                                    random_qweight(n, k, bits, group), blocks=tile)
             elif kernel == "fused":
@@ -176,16 +142,19 @@ def compile_some(jobs: list) -> int:
     return done
 
 
+def forms(linears: dict) -> dict:
+    """One linear's name per (K, bits, group): what a compiled kernel depends on."""
+    return {(k, bits, group): name for name, (k, n, (bits, group)) in linears.items()}
+
+
 def precompile(parts: list[str], workers: int = 12) -> None:
-    forms = {(k, bits, group): name for name, (k, n, (bits, group)) in LINEARS.items()
-             if ("e2b" in name) == ("qmatmul-e2b" in parts)}
-    jobs = [("qmatmul", name, t) for (k, bits, group), name in forms.items()
-            for t in TILES if {"qmatmul", "qmatmul-e2b"} & set(parts)
-            and fits(t, 1024, k, group)]
+    jobs = [("qmatmul", name, t) for part, (linears, _) in QMATMUL_PARTS.items()
+            if part in parts for (k, bits, group), name in forms(linears).items()
+            for t in TILES if fits(t, 1024, k, group)]
     jobs += [("attention", "", t) for t in ATT_TILES + ATT_SPLIT_TILES if "attention" in parts]
     jobs += [("fused", name, t) for t in FUSED_TILES for name in ("add_rms_norm", "qk_norm_rope")
              if "fused" in parts]
-    jobs += [("dequantize", name, t) for name in forms.values() for t in DEQ_TILES
+    jobs += [("dequantize", name, t) for name in forms(LINEARS).values() for t in DEQ_TILES
              if "dequantize" in parts]
     # one K per form compiles the plain kernel; gate_up's the gelu epilogue too
     jobs += [("dense", name, t) for name in DENSE_LINEARS for t in DENSE_TILES
@@ -340,10 +309,9 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
     parts = sys.argv[1:] or ["qmatmul", "attention", "fused"]
     precompile(parts)
-    if "qmatmul" in parts:
-        bench_qmatmul({k: v for k, v in LINEARS.items() if k not in E2B_LINEARS}, ROWS)
-    if "qmatmul-e2b" in parts:
-        bench_qmatmul(E2B_LINEARS, E2B_ROWS)
+    for part, (linears, rows) in QMATMUL_PARTS.items():
+        if part in parts:
+            bench_qmatmul(linears, rows)
     if "attention" in parts:
         bench_attention()
     if "fused" in parts:

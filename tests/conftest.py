@@ -25,7 +25,8 @@ from decider.catalog import Catalog
 from helpers.seeds import RUN_SEED, seeded
 
 # Without CUDA the Triton kernels' tests run in the interpreter (tests/helpers/interpreted.py),
-# which must be on before anything imports triton, as a GPU test module collected earlier may
+# which must be on before anything imports triton (a GPU test module collected earlier
+# imports it)
 if "TRITON_INTERPRET" not in os.environ:
     import torch
 
