@@ -25,7 +25,7 @@ from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Stop, Tokens,
                    check_windows, label_trie, resolve_n_ctx)
 from .faults import begin_pass
-from .llama_lib import captured_log, kv_caches, load_model, tokenize_with
+from .llama_lib import captured_log, kv_caches, load_model, tokenizer_of
 from .llama_layout import (Copy, Decode, Entry, Remove, Step, alone_steps, shared_groups,
                            shared_steps)
 
@@ -100,6 +100,7 @@ class LlamaEngine:
         mparams.use_extra_bufts = repack
         self._model = load_model(path, mparams, lines)
         self._vocab = ll.llama_model_get_vocab(self._model)
+        self._tokenize = tokenizer_of(self._vocab)
         n_ctx_train = ll.llama_model_n_ctx_train(self._model)
         n_ctx = resolve_n_ctx(n_ctx, n_ctx_train)
         cparams = ll.llama_context_default_params()
@@ -139,7 +140,7 @@ class LlamaEngine:
     # -- Engine protocol -------------------------------------------------------------
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
-        return tokenize_with(self._vocab, text, special)
+        return self._tokenize(text, special)
 
     def placed_tokens(self, job: ScoreJob) -> int:
         """The tokens of every decode the job's layout makes: in the shared layout a

@@ -7,12 +7,15 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import llama_cpp as ll
 
 from decider.errors import EngineFailure
+
+from .pieces import PieceTokenizer
 
 # llama.cpp logs through one process-wide callback; model and context creation are
 # captured to read back what the context really allocated (KV cells, sizes).
@@ -64,6 +67,20 @@ def tokenize_with(vocab, text: str, special: bool = False) -> list[int]:
     if not 0 < at < len(text):  # a spelling llama.cpp stores otherwise: nothing to split
         return ids
     return tokenize_with(vocab, text[:at]) + tokenize_with(vocab, text[at:])
+
+
+def tokenizer_of(vocab) -> Callable[..., list[int]]:
+    """tokenize(text, special=False) in a llama.cpp vocabulary, as `tokenize_with`: the
+    plain text of a SentencePiece vocabulary piece by piece, cached (pieces.py)."""
+    whole = partial(tokenize_with, vocab)
+    if ll.llama_vocab_type(vocab) != ll.LLAMA_VOCAB_TYPE_SPM:
+        return whole
+    plain = PieceTokenizer(whole, (ll.llama_vocab_get_text(vocab, i).decode("utf-8", "replace")
+                                   for i in range(ll.llama_vocab_n_tokens(vocab))))
+
+    def tokenize(text: str, special: bool = False) -> list[int]:
+        return whole(text, True) if special else plain(text)
+    return tokenize
 
 
 @contextmanager

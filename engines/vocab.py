@@ -32,13 +32,13 @@ class Vocab:
             self._hf_plain = Tokenizer.from_str(self._hf.to_str())
             self._hf_plain.encode_special_tokens = True  # a per-tokenizer switch, not per call
             return
-        from .llama_lib import captured_log, ll, load_model  # initialises llama.cpp
+        from .llama_lib import captured_log, ll, load_model, tokenizer_of  # initialises it
 
         params = ll.llama_model_default_params()
         params.vocab_only = True
         with captured_log() as lines:
             self._model = load_model(path, params, lines, "the tokenizer of ")
-        self._vocab = ll.llama_model_get_vocab(self._model)
+        self._llama = tokenizer_of(ll.llama_model_get_vocab(self._model))
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         if self._hf is not None:  # no BOS; special: added special tokens match as such
@@ -46,9 +46,7 @@ class Vocab:
             return hf.encode(text, add_special_tokens=False).ids
         if self._model is None:
             raise EngineFailure(f"{self.path} holds no tokenizer")
-        from .llama_lib import tokenize_with
-
-        return tokenize_with(self._vocab, text, special)
+        return self._llama(text, special)
 
     def close(self) -> None:
         if self._model:

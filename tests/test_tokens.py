@@ -5,7 +5,11 @@ gemma-3-270m tokenizer."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from decider import Choice, Label, MultiLabel, Request, Scale, YesNo
 from decider.engines.vocab import Vocab
@@ -70,3 +74,46 @@ def test_a_label_that_spells_a_control_token_is_refused(decider, fault_file, que
     assert "control token" in info.value.violations[0].description
     assert fault_file.exists()  # refused before any engine pass
     fault_file.unlink()
+
+
+# Texts made of what a cut could break: spaces and runs of them, llama.cpp's own space
+# character, `>▁</` (the one Gemma 3 token that holds a space after another character),
+# markup and control spellings, words, other scripts; pieces of any other text between.
+PARTS = st.sampled_from([" ", "  ", "   ", "\u2581", " \u2581", "\n", "\n\n", "\t", "\u3000",
+                         ">", "<", "/", "> </", "></", "</s>", "<eos>", "<start_of_turn>",
+                         "a", "the", "The", "refund", "parcel", "é", "中文", "🙂", ".", ",",
+                         "0", "42", "ﬁ", "\u200b"])
+TEXTS = st.lists(PARTS | st.text(max_size=4), max_size=40).map("".join)
+
+
+@pytest.fixture(scope="module")
+def both_tokenizers(model_path):
+    """The vocabulary's tokenize (plain text piece by piece, cached) and llama.cpp's on
+    the whole text, from two loads of the real gemma-3-270m tokenizer."""
+    import llama_cpp as ll
+
+    from decider.engines.llama_lib import captured_log, load_model, tokenize_with
+
+    vocab = Vocab(model_path, True)
+    params = ll.llama_model_default_params()
+    params.vocab_only = True
+    with captured_log() as lines:
+        model = load_model(model_path, params, lines)
+    yield vocab.tokenize, functools.partial(tokenize_with, ll.llama_model_get_vocab(model))
+    vocab.close()
+    ll.llama_model_free(model)
+
+
+@given(text=TEXTS)
+def test_plain_text_piece_by_piece_gives_the_whole_texts_ids(both_tokenizers, text):
+    pieces, whole = both_tokenizers
+    assert pieces(text) == whole(text)
+    assert pieces(text) == whole(text)  # the second time from the cache
+    assert pieces(text, special=True) == whole(text, True)
+
+
+def test_a_text_is_not_cut_inside_the_token_that_spans_a_space(both_tokenizers):
+    pieces, whole = both_tokenizers
+    ids = whole("x> </y")
+    assert pieces("x> </y") == ids
+    assert ids != whole("x>") + whole(" </y")  # what a cut there would have given
