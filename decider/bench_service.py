@@ -107,15 +107,17 @@ def load(address: str, clients: int, per_client: int, tokens: int, processes: in
                          for code in {c for p in parts for c in p["failed"]}}}
 
 
-def engine_rate(model: str, tokens: int, max_batch: int, repeat: int = 5, **options) -> float:
+def engine_rate(model: str, tokens: int, max_batch: int, repeat: int = 15, **options
+                ) -> float:
     """Decisions/s of the model's engine in this process: engine.score on batches of
-    max_batch of the bench's requests, planned beforehand: what the daemon could deliver
-    at best."""
+    max_batch of the bench's requests, planned beforehand, the engine warmed up as the
+    daemon's is: what the daemon could deliver at best."""
     from .api import Decider
 
     with Decider(model, **options) as d:
         jobs = [d.plan(r).job for r in requests(tokens, max_batch)]
-        d.engine.score(jobs)  # warm-up: compiles, captures
+        d.engine.warm_up(max_batch)
+        d.engine.score(jobs)
         seconds = []
         for _ in range(repeat):
             t0 = time.perf_counter()

@@ -41,6 +41,7 @@ SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -
 # weight dequantized once, attention in one launch: +3-6% decisions/s against 8192)
 N_BATCH = {"cuda": 32768, "cpu": 512}
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
+ALIGN = 16  # 4-byte values: 64 bytes
 
 
 class TorchEngine:
@@ -99,14 +100,25 @@ class TorchEngine:
         return tree_size(job)  # one token tree a job
 
     def warm_up(self, max_batch: int) -> None:
-        """One call of one job and one of max_batch jobs, before the daemon says READY:
-        what Triton compiles outside the captured graphs (the head, the batch's own
-        shapes) is compiled then, not on the first requests."""
+        """Before the daemon says READY, on CUDA: every call size from 1 to max_batch jobs,
+        of one question with 1, 2 and 16 labels and of five questions. Triton compiles a
+        kernel for each tile its launchers pick by row count (which follows the call's
+        size and questions) and each class of size it specializes on (1, a multiple of
+        16, other): here, not on the first requests of a new size. Elsewhere nothing
+        compiles, and one call warms the rest."""
         ids = [(7 + k) % self.info.n_vocab for k in range(min(120, self.info.n_ctx - 12))]
-        job = ScoreJob((self.info.bos_id, *ids), (Branch(tuple(ids[:9]), ((ids[0],),
-                                                                          (ids[1],))),))
-        for n in (1, max_batch):
-            self.score([job] * n)
+
+        def job(questions: int, labels: int) -> ScoreJob:
+            return ScoreJob((self.info.bos_id, *ids), tuple(
+                Branch(tuple(ids[q:q + 9]), tuple((ids[k],) for k in range(labels)))
+                for q in range(questions)))
+
+        kinds = [job(1, 2), job(1, 1), job(1, 16), job(5, 2)]
+        sizes, kinds = ((range(1, max_batch + 1), kinds) if self.device.type == "cuda" else
+                        ((1,), kinds[:1]))
+        for n in sizes:
+            for one in kinds:
+                self.score([one] * n)
 
     def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
               ) -> list[list[BranchResult] | Exception]:
@@ -122,7 +134,7 @@ class TorchEngine:
                 head = self._graph_head(layout)
                 # the head graph's whole buffer, which the call picks from; else its own
                 out = self._graphs.values if head else \
-                    self._buffer(layout.n_logits + layout.n_lse)
+                    self._buffer(_aligned(layout.n_logits) + layout.n_lse)
                 with torch.inference_mode():  # the graphs' buffers are inference tensors
                     if kind != "stale-logits":  # poison what this call reads
                         out.fill_(SENTINEL)
@@ -144,7 +156,7 @@ class TorchEngine:
                 # that reads the token it happened at; no other fault writes non-finite
                 raise ActivationOverflow("float16", float(torch.finfo(torch.float16).max))
             n = layout.n_logits
-            return _results(jobs, layout, values[:n], values[n:])
+            return _results(jobs, layout, values[:n], values[n if head else _aligned(n):])
 
     def close(self) -> None:
         self._vocab.close()
@@ -181,7 +193,8 @@ class TorchEngine:
         outs = layout.outputs
         label_rows, src, roots = _head_indices(layout)
         self._staging.begin(sum(p.packed_size for p in layout.passes) + sum(map(len, rows))
-                            + len(label_rows) + len(src) + len(roots))
+                            + len(label_rows) + len(src) + len(roots)
+                            + ALIGN * (2 * len(layout.passes) + 3))  # each region aligned
         hidden = torch.empty(len(outs), self.model.cfg.hidden, dtype=self.dtype,
                              device=self.device)
         at = 0
@@ -201,18 +214,26 @@ class TorchEngine:
                 h = self.model(columns(packed, p.tokens, p.window), rows=picked)
             hidden[at:at + len(p.rows)] = h[:len(p.rows)]
             at += len(p.rows)
-        index = self._staging.put(np.array(label_rows + src + roots, np.int32))
-        label_rows, src, roots = index.split([len(label_rows), len(src), len(roots)])
-        n = layout.n_logits  # = len(src)
+        label_rows, src, roots = (self._staging.put(np.array(a, np.int32))
+                                  for a in (label_rows, src, roots))
+        n, at = layout.n_logits, _aligned(layout.n_logits)  # n = len(src)
         logits = self.model.head(hidden, label_rows).view(-1)
         torch.index_select(logits, 0, src, out=self._out[:n])
         self.model.logsumexp(torch.index_select(hidden, 0, roots),
-                             out=self._out[n:n + len(roots)])
+                             out=self._out[at:at + len(roots)])
+
+
+def _aligned(n: int) -> int:
+    """n rounded up to a multiple of ALIGN: where a call's next region of a buffer begins,
+    so that every view a kernel gets starts 64-byte aligned. Triton compiles a kernel
+    anew for each alignment class of its pointers; unaligned views would make it compile
+    on requests, after the warm-up."""
+    return -(-n // ALIGN) * ALIGN
 
 
 class _Staging:
     """A pinned host buffer and a device buffer for a call's int32 arrays. Each array
-    goes up by its own asynchronous copy, to its own region: nothing in flight is
+    goes up by its own asynchronous copy, to its own aligned region: nothing in flight is
     overwritten within a call, and each call ends reading its results back, so none is
     in flight when the next begins."""
 
@@ -244,7 +265,7 @@ class _Staging:
         """The next n staged values, copied up."""
         at = self.at
         self.dev[at:at + n].copy_(self.host[at:at + n], non_blocking=True)
-        self.at += n
+        self.at = _aligned(at + n)
         return self.dev[at:at + n]
 
 

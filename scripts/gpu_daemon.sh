@@ -40,6 +40,9 @@ from decider.engines.random_gguf import SHAPES, write_tiny_gemma3
 write_tiny_gemma3(Path(sys.argv[1]), np.random.default_rng(0), tokenizer_from=Path(sys.argv[2]),
                   **SHAPES["gemma-3-270m"])
 EOF
+export TRITON_CACHE_DIR=/tmp/triton-cache  # fresh: what compiles after READY shows there
+rm -rf "$TRITON_CACHE_DIR"
+compiled() { find "$TRITON_CACHE_DIR" -name "*.json" ! -name "__grp__*" | sort; }
 frontends=${FRONTENDS:-1}
 listen=${LISTEN:-$([ "$frontends" = 1 ] && echo unix:///tmp/decider.sock || echo 127.0.0.1:50051)}
 python3 -m decider.cli serve --model "$model" --engine triton --listen "$listen" \
@@ -53,6 +56,7 @@ until python3 -m decider.cli health "$listen" 2>/dev/null | grep -q SERVING; do
 done
 echo "SERVING $((SECONDS - t0)) s after the start, $frontends front-end processes" \
   | tee "$out/bench_daemon.txt"
+compiled > /tmp/compiled-at-ready
 python3 - "$listen" <<'EOF' 2>&1 | tee -a "$out/bench_daemon.txt"
 # the first calls after READY: none may pay a compilation
 import asyncio, sys, time
@@ -76,5 +80,9 @@ python3 -m decider.cli bench "$model" --engine triton --server "$listen" \
   | tee -a "$out/bench_daemon.txt" | tail -12
 python3 -m decider.cli bench --server http://127.0.0.1:8080 --clients 1,64 \
   --per-client "${PER_CLIENT:-40}" 2>&1 | tee "$out/bench_http.txt" | tail -6
+compiled | comm -13 /tmp/compiled-at-ready - | xargs -r -n1 basename \
+  | sed 's/^/compiled after READY: /' | tee -a "$out/bench_daemon.txt"
+echo "Triton kernels compiled after READY: $(compiled | comm -13 /tmp/compiled-at-ready - | wc -l)" \
+  | tee -a "$out/bench_daemon.txt"
 kill -TERM $daemon; wait $daemon; echo "daemon exit $?" >> "$out/bench_daemon.txt"
 tail -3 "$out/daemon.log" > "$out/daemon_tail.txt"
