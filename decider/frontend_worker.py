@@ -34,12 +34,12 @@ async def _serve(cfg: Config, conn) -> None:
 
     servers = Servers(cfg, Metrics())
     await servers.set_health(False)
-    await servers.start()
-    structlog.get_logger("decider.server").info("front-end process started", pid=os.getpid())
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    listening = False
 
     async def swap(message: tuple) -> None:
+        nonlocal listening
         old = servers.frontend.current
         if message[0] == "serve":
             servers.frontend.current = Served.open(*message[1:])
@@ -47,6 +47,13 @@ async def _serve(cfg: Config, conn) -> None:
             servers.frontend.current = None
             if old is not None:
                 old.client.fail_all(message[1])
+        # it listens once it can serve: the kernel gives the shared ports' connections to
+        # listening processes only, so none lands on one still opening its tokenizer
+        if not listening and servers.frontend.current is not None:
+            listening = True
+            await servers.start()
+            structlog.get_logger("decider.server").info("front-end process serving",
+                                                        pid=os.getpid())
         await servers.set_health(servers.frontend.current is not None)
         if old is not None:  # the old engine answers what it holds, then goes
             await old.client.idle.wait()

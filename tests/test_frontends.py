@@ -24,7 +24,7 @@ TEXTS = ["I was charged twice.", "My parcel is late.", "Thanks, all good!"]
 def worker_pids(daemon) -> list[int]:
     """The extra front-end processes, as each one logs itself once it serves."""
     return [json.loads(line)["pid"] for line in daemon.log().splitlines()
-            if '"front-end process started"' in line]
+            if '"front-end process serving"' in line]
 
 
 @pytest.fixture(scope="module")
