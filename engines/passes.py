@@ -157,7 +157,11 @@ def _place_prefix(pb: Pass, prefix: Tokens, start: int, tree_end: int) -> None:
     pb.chain(prefix, start, base, tree_end, base, start == 0)
 
 
-def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
+def plan(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = None) -> Plan:
+    """budget: the most tokens a pass holds (a larger job goes through the cache); pack:
+    where a pass of several trees closes (budget unless given), so that passes fit the
+    engine's captured graphs while one tree of up to `budget` still goes whole."""
+    pack = min(pack or budget, budget)
     passes: list[Pass] = []
     outputs: list[Output] = []
     n_logits = n_lse = 0
@@ -177,7 +181,7 @@ def plan(jobs: list[ScoreJob], budget: int, window: int) -> Plan:
         size = tree_size(job)
         n_prefix = len(job.prefix)
         if size <= budget:
-            if packed.tokens + size > budget:
+            if packed.tokens and packed.tokens + size > pack:
                 passes.append(packed)
                 packed = Pass(window)
             o = packed.tokens

@@ -37,8 +37,8 @@ from .passes import Pass, Plan, plan, tree_size
 from .vocab import Vocab
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
-# default tokens per pass: on CUDA whole batches of a daemon's calls in one pass (each
-# weight dequantized once, attention in one launch: +3-6% decisions/s against 8192)
+# default tokens per pass: on CUDA a job of up to 32,768 tokens goes whole, in one pass
+# (each weight dequantized once); several jobs share passes of the largest captured graph
 N_BATCH = {"cuda": 32768, "cpu": 512}
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
 ALIGN = 16  # 4-byte values: 64 bytes
@@ -129,7 +129,8 @@ class TorchEngine:
             return []
         with self._lock:
             kind = begin_pass("torch")
-            layout = plan(list(jobs), self._n_batch, self.model.cfg.window)
+            layout = plan(list(jobs), self._n_batch, self.model.cfg.window,
+                          self._graphs and self._graphs.sizes[-1])
             try:
                 head = self._graph_head(layout)
                 # the head graph's whole buffer, which the call picks from; else its own

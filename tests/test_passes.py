@@ -45,14 +45,16 @@ def tree(job: ScoreJob, with_prefix: bool):
     return ids, parents, pos, rows
 
 
-@pytest.mark.parametrize("budget", [10_000, 60, 25])
-def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget, rng):
+@pytest.mark.parametrize("budget, pack", [(10_000, None), (60, None), (25, None), (60, 30)])
+def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget, pack, rng):
     """Each job's columns, wherever the plan put them: packed side by side (bounds offset
-    by where the job starts), or its prefix in cache-writing chunks and its branches in a
-    pass of their own after them."""
+    by where the job starts; several trees fill a pass up to `pack` tokens at most, one
+    goes alone up to `budget`), or its prefix in cache-writing chunks and its branches in
+    a pass of their own after them."""
     window = int(rng.integers(1, 20))
     jobs = [random_job(rng) for _ in range(12)]
-    layout = plan(jobs, budget, window)
+    layout = plan(jobs, budget, window, pack)
+    trees: dict[int, int] = {}  # packed pass -> the trees it holds
     passes = iter(layout.passes)
     p, at, row = None, 0, 0
 
@@ -74,6 +76,7 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget, rng):
         if len(whole[0]) <= budget:
             if p is None or p.cache or at + len(whole[0]) > p.tokens:
                 p, at, row = next(passes), 0, 0
+            trees[id(p)] = trees.get(id(p), 0) + 1
             check(*whole)
             continue
         chunks = [next(passes) for _ in range(0, len(job.prefix), budget)]
@@ -89,6 +92,7 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget, rng):
                 assert p.cache == "read"
             check(*one)
     assert next(passes, None) is None
+    assert all(p.tokens <= (pack or budget) for p in layout.passes if trees.get(id(p), 0) > 1)
     assert len(layout.outputs) == sum(len(label_trie(b.candidates)) for j in jobs
                                       for b in j.branches)
 
