@@ -79,6 +79,11 @@ class TorchEngine:
             if self.device.type == "cuda" and cuda_graphs:
                 with torch.inference_mode():
                     self._graphs = GraphRunner(self.model, self._n_batch, self.device)
+            # jobs share passes of the largest graph, unless the model prunes rows: a
+            # graph's fixed room of rows would then cost more than the eager launches
+            # (docs/design.md)
+            self._pack = self._graphs.sizes[-1] if self._graphs and \
+                not self.model.prunes_rows else None
         except torch.OutOfMemoryError as e:
             raise EngineOutOfMemory(f"the torch engine ran out of memory loading {path}: {e}") \
                 from e
@@ -129,8 +134,7 @@ class TorchEngine:
             return []
         with self._lock:
             kind = begin_pass("torch")
-            layout = plan(list(jobs), self._n_batch, self.model.cfg.window,
-                          self._graphs and self._graphs.sizes[-1])
+            layout = plan(list(jobs), self._n_batch, self.model.cfg.window, self._pack)
             try:
                 head = self._graph_head(layout)
                 # the head graph's whole buffer, which the call picks from; else its own
