@@ -100,7 +100,7 @@ class LlamaEngine:
         mparams.use_extra_bufts = repack
         self._model = load_model(path, mparams, lines)
         self._vocab = ll.llama_model_get_vocab(self._model)
-        self._tokenize = tokenizer_of(self._vocab)
+        self._tokenize = tokenizer_of(self._model)
         n_ctx_train = ll.llama_model_n_ctx_train(self._model)
         n_ctx = resolve_n_ctx(n_ctx, n_ctx_train)
         cparams = ll.llama_context_default_params()

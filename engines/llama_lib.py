@@ -69,11 +69,16 @@ def tokenize_with(vocab, text: str, special: bool = False) -> list[int]:
     return tokenize_with(vocab, text[:at]) + tokenize_with(vocab, text[at:])
 
 
-def tokenizer_of(vocab) -> Callable[..., list[int]]:
-    """tokenize(text, special=False) in a llama.cpp vocabulary, as `tokenize_with`: the
-    plain text of a SentencePiece vocabulary piece by piece, cached (pieces.py)."""
+def tokenizer_of(model) -> Callable[..., list[int]]:
+    """tokenize(text, special=False) in a llama.cpp model's vocabulary, as `tokenize_with`:
+    the plain text of a SentencePiece vocabulary piece by piece, cached (pieces.py), unless
+    llama.cpp puts a space before the text (add_space_prefix, on where a file does not
+    say): then each piece would get one."""
+    vocab = ll.llama_model_get_vocab(model)
     whole = partial(tokenize_with, vocab)
-    if ll.llama_vocab_type(vocab) != ll.LLAMA_VOCAB_TYPE_SPM:
+    flag = ctypes.create_string_buffer(8)
+    ll.llama_model_meta_val_str(model, b"tokenizer.ggml.add_space_prefix", flag, len(flag))
+    if ll.llama_vocab_type(vocab) != ll.LLAMA_VOCAB_TYPE_SPM or flag.value != b"false":
         return whole
     plain = PieceTokenizer(whole, (ll.llama_vocab_get_text(vocab, i).decode("utf-8", "replace")
                                    for i in range(ll.llama_vocab_n_tokens(vocab))))

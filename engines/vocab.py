@@ -38,7 +38,7 @@ class Vocab:
         params.vocab_only = True
         with captured_log() as lines:
             self._model = load_model(path, params, lines, "the tokenizer of ")
-        self._llama = tokenizer_of(ll.llama_model_get_vocab(self._model))
+        self._llama = tokenizer_of(self._model)
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         if self._hf is not None:  # no BOS; special: added special tokens match as such
