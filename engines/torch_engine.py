@@ -79,9 +79,8 @@ class TorchEngine:
             if self.device.type == "cuda" and cuda_graphs:
                 with torch.inference_mode():
                     self._graphs = GraphRunner(self.model, self._n_batch, self.device)
-            # jobs share passes of the largest graph, unless the model prunes rows: a
-            # graph's fixed room of rows would then cost more than the eager launches
-            # (docs/design.md)
+            # jobs share passes of the largest graph, unless the model prunes rows (a
+            # graph's fixed room of rows costs more then: docs/design.md)
             self._pack = self._graphs.sizes[-1] if self._graphs and \
                 not self.model.prunes_rows else None
         except torch.OutOfMemoryError as e:
@@ -105,12 +104,10 @@ class TorchEngine:
         return tree_size(job)  # one token tree a job
 
     def warm_up(self, max_batch: int) -> None:
-        """Before the daemon says READY, on CUDA: every call size from 1 to max_batch jobs,
-        of one question with 1, 2 and 16 labels and of five questions. Triton compiles a
-        kernel for each tile its launchers pick by row count (which follows the call's
-        size and questions) and each class of size it specializes on (1, a multiple of
-        16, other): here, not on the first requests of a new size. Elsewhere nothing
-        compiles, and one call warms the rest."""
+        """On CUDA every call size from 1 to max_batch jobs, of one question with 1, 2 and
+        16 labels and of five: Triton compiles a kernel for each row tile and size class
+        (1, a multiple of 16, other) here, before READY, not on requests (docs/design.md).
+        Elsewhere nothing compiles: one call."""
         ids = [(7 + k) % self.info.n_vocab for k in range(min(120, self.info.n_ctx - 12))]
 
         def job(questions: int, labels: int) -> ScoreJob:
