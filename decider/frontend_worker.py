@@ -36,10 +36,8 @@ async def _serve(cfg: Config, conn) -> None:
     await servers.set_health(False)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    listening = False
 
     async def swap(message: tuple) -> None:
-        nonlocal listening
         old = servers.frontend.current
         if message[0] == "serve":
             servers.frontend.current = Served.open(*message[1:])
@@ -49,9 +47,8 @@ async def _serve(cfg: Config, conn) -> None:
                 old.client.fail_all(message[1])
         # it listens once it can serve: the kernel gives the shared ports' connections to
         # listening processes only, so none lands on one still opening its tokenizer
-        if not listening and servers.frontend.current is not None:
-            listening = True
-            await servers.start()
+        if servers.server is None and servers.frontend.current is not None:
+            await servers.start()  # sets servers.server before it yields
             structlog.get_logger("decider.server").info("front-end process serving",
                                                         pid=os.getpid())
         await servers.set_health(servers.frontend.current is not None)

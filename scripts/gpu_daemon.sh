@@ -80,9 +80,10 @@ python3 -m decider.cli bench "$model" --engine triton --server "$listen" \
   | tee -a "$out/bench_daemon.txt" | tail -12
 python3 -m decider.cli bench --server http://127.0.0.1:8080 --clients 1,64 \
   --per-client "${PER_CLIENT:-40}" 2>&1 | tee "$out/bench_http.txt" | tail -6
-compiled | comm -13 /tmp/compiled-at-ready - | xargs -r -n1 basename \
-  | sed 's/^/compiled after READY: /' | tee -a "$out/bench_daemon.txt"
-echo "Triton kernels compiled after READY: $(compiled | comm -13 /tmp/compiled-at-ready - | wc -l)" \
+compiled | comm -13 /tmp/compiled-at-ready - > /tmp/compiled-after-ready
+xargs -r -n1 basename < /tmp/compiled-after-ready | sed 's/^/compiled after READY: /' \
+  | tee -a "$out/bench_daemon.txt"
+echo "Triton kernels compiled after READY: $(wc -l < /tmp/compiled-after-ready)" \
   | tee -a "$out/bench_daemon.txt"
 kill -TERM $daemon; wait $daemon; echo "daemon exit $?" >> "$out/bench_daemon.txt"
 tail -3 "$out/daemon.log" > "$out/daemon_tail.txt"
