@@ -17,11 +17,9 @@ import time
 
 import zmq
 
-from .engine_loop import dumps
+from .engine_loop import POLLIN, dumps
 from .engines import ScoreJob
 from .errors import DeciderError
-
-POLLIN = int(zmq.POLLIN)  # a plain int: the flag type's operators cost more than the test
 
 
 class EngineClient:

@@ -14,6 +14,7 @@ ticket stays text and never opens a turn.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -27,11 +28,16 @@ _MARKER = re.compile(r"(<[^<>{}\s]+>)")  # split keeps the markers: odd items
 Piece = tuple[str, bool]  # (text, whether it is a template marker)
 
 
+@functools.cache
+def _parts(template: str) -> tuple[tuple[str, bool], ...]:
+    """A template split at its markers, once: the formats' few strings recur per request."""
+    return tuple((part, bool(i % 2)) for i, part in enumerate(_MARKER.split(template)))
+
+
 def render(template: str, **fields: str) -> tuple[Piece, ...]:
     """`template` with its fields filled in, split at the template's markers only."""
-    parts = _MARKER.split(template)
-    pieces = ((part if i % 2 else part.format(**fields), bool(i % 2))
-              for i, part in enumerate(parts))
+    pieces = ((part if marker else part.format(**fields), marker)
+              for part, marker in _parts(template))
     return tuple((text, marker) for text, marker in pieces if text)
 
 

@@ -48,6 +48,12 @@ class ScoreJob:
         """The longest sequence the job puts in one window: prefix + suffix + label."""
         return len(self.prefix) + max(b.positions() + 1 for b in self.branches)
 
+    def work_ceiling(self) -> int:
+        """At least the tokens any engine's layout places for the job (placed_tokens):
+        the prefix, the suffix and the label again for every candidate label."""
+        return sum(len(self.prefix) + len(b.suffix) + len(c)
+                   for b in self.branches for c in b.candidates)
+
 
 @dataclass(frozen=True, slots=True)
 class NodeLogits:
@@ -126,7 +132,7 @@ class Engine(Protocol):
 
     def placed_tokens(self, job: ScoreJob) -> int:
         """The tokens a score call places for `job` in this engine's layout: the measure
-        of the work bound, checked before any compute."""
+        of the work bound, checked before any compute. Never above job.work_ceiling()."""
 
     def warm_up(self, max_batch: int) -> None:
         """Run, before the daemon says READY, every shape of call up to max_batch jobs

@@ -5,10 +5,14 @@ naming the limit; the real gemma-3-270m on the llama.cpp engine."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from decider import Choice, Limits, MultiLabel, Request
 from decider.engines import Branch, ScoreJob, label_trie
+from decider.engines.passes import tree_size
 from decider.errors import WorkTooLarge
+from decider.plan import check_work
 
 TEXT = "I was charged twice for my order, please refund me."
 
@@ -61,3 +65,35 @@ def test_the_cli_flag_sets_the_bound(run_cli):
     out = run_cli("run", "gemma-3-270m", TEXT, "-q", "Refund?", "--max-work-tokens", "10")
     assert out.returncode == 1 and out.stdout == b""
     assert "WORK_TOO_LARGE" in out.stderr.decode() and "limit of 10" in out.stderr.decode()
+
+
+def _tokens(lo: int, hi: int):
+    return st.lists(st.integers(1000, 1004), min_size=lo, max_size=hi).map(tuple)
+
+
+@st.composite
+def _jobs(draw) -> ScoreJob:
+    """Jobs of shared label prefixes (few token values), so the tries branch and llama.cpp's
+    decodes split into groups."""
+    branches = []
+    for _ in range(draw(st.integers(1, 4))):
+        labels = draw(st.lists(_tokens(1, 4), min_size=1, max_size=12, unique=True))
+        labels = [c for c in labels if not any(o != c and o[:len(c)] == c for o in labels)]
+        branches.append(Branch(draw(_tokens(1, 20)), tuple(labels)))
+    return ScoreJob((2, *draw(_tokens(0, 60))), tuple(branches))
+
+
+@settings(max_examples=300, deadline=None)
+@given(job=_jobs(), limit=st.integers(1, 600))
+def test_the_work_ceiling_lets_no_job_over_the_bound_through(decider, job, limit):
+    """check_work skips the layout when the job's work ceiling is within the bound: the
+    ceiling is above what llama.cpp's layout and the torch engine's token tree place,
+    so the outcome is the exact count's either way."""
+    work = decider.engine.placed_tokens(job)
+    assert max(work, tree_size(job)) <= job.work_ceiling()
+    try:
+        check_work(decider.engine, job, Limits(max_work_tokens=limit))
+        refused = False
+    except WorkTooLarge as e:
+        refused = int(e.metadata["work_tokens"]) == work
+    assert refused == (work > limit)
