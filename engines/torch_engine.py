@@ -137,7 +137,7 @@ class TorchEngine:
                 head = self._graph_head(layout)
                 # the head graph's whole buffer, which the call picks from; else its own
                 out = self._graphs.values if head else \
-                    self._buffer(_aligned(layout.n_logits) + layout.n_lse)
+                    self._buffer(_lse_offset(layout) + layout.n_lse)
                 with torch.inference_mode():  # the graphs' buffers are inference tensors
                     if kind != "stale-logits":  # poison what this call reads
                         out.fill_(SENTINEL)
@@ -159,7 +159,7 @@ class TorchEngine:
                 # that reads the token it happened at; no other fault writes non-finite
                 raise ActivationOverflow("float16", float(torch.finfo(torch.float16).max))
             n = layout.n_logits
-            return _results(jobs, layout, values[:n], values[n if head else _aligned(n):])
+            return _results(jobs, layout, values[:n], values[n if head else _lse_offset(layout):])
 
     def close(self) -> None:
         self._vocab.close()
@@ -196,8 +196,8 @@ class TorchEngine:
         outs = layout.outputs
         label_rows, src, roots = _head_indices(layout)
         self._staging.begin(sum(p.packed_size for p in layout.passes) + sum(map(len, rows))
-                            + len(label_rows) + len(src) + len(roots)
-                            + ALIGN * (2 * len(layout.passes) + 3))  # each region aligned
+                            + len(label_rows) + len(src) + len(roots),
+                            regions=2 * len(layout.passes) + 3)
         hidden = torch.empty(len(outs), self.model.cfg.hidden, dtype=self.dtype,
                              device=self.device)
         at = 0
@@ -219,7 +219,7 @@ class TorchEngine:
             at += len(p.rows)
         label_rows, src, roots = (self._staging.put(np.array(a, np.int32))
                                   for a in (label_rows, src, roots))
-        n, at = layout.n_logits, _aligned(layout.n_logits)  # n = len(src)
+        n, at = layout.n_logits, _lse_offset(layout)  # n = len(src)
         logits = self.model.head(hidden, label_rows).view(-1)
         torch.index_select(logits, 0, src, out=self._out[:n])
         self.model.logsumexp(torch.index_select(hidden, 0, roots),
@@ -234,6 +234,11 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def _lse_offset(layout: Plan) -> int:
+    """Where a call's logsumexps begin in its output buffer: after its logits, aligned."""
+    return _aligned(layout.n_logits)
+
+
 class _Staging:
     """A pinned host buffer and a device buffer for a call's int32 arrays. Each array
     goes up by its own asynchronous copy, to its own aligned region: nothing in flight is
@@ -246,8 +251,9 @@ class _Staging:
         self.dev = torch.empty(0, dtype=torch.int32, device=device)
         self.at = 0
 
-    def begin(self, n: int) -> None:
-        """Room for n int32 values this call."""
+    def begin(self, n: int, regions: int) -> None:
+        """Room for n int32 values this call, put in `regions` arrays (each starts aligned)."""
+        n += ALIGN * regions
         if self.host.numel() < n:
             size = max(n, 2 * self.host.numel())
             self.host = torch.empty(size, dtype=torch.int32,
