@@ -12,7 +12,9 @@ Each graph returns the hidden states of the pass's output rows alone, up to a fi
 number per size (its room, which `padded_rows` fills by repeating the last row): a model
 whose later layers compute only those tokens (Gemma 4's KV-shared layers) does that
 inside the graph; one that prunes nothing gathers them at the end, with a room of the
-whole size.
+whole size. A pruning model's sizes are captured twice: with a room of n / ROW_SHARE
+rows, and for the head graphs' passes with HEAD_ROWS (those layers' matmuls cost with
+the rows they compute: docs/benchmarks.md, Gemma 4).
 
 A call of one pass with few answer rows and label rows (a handful of questions about one
 text, the latency case) also runs its head from a graph: the hidden states at up to
@@ -42,44 +44,53 @@ HEAD_VALUES = HEAD_ROWS * HEAD_LABELS + HEAD_ROWS  # logits [rows, labels], then
 ROW_SHARE = 8
 
 
+class _Captured:
+    """A forward of n tokens computing `room` rows, and its head, captured as two graphs,
+    with what they read: per call, the rows, the head's label rows and the pass packed,
+    copied from a pinned host buffer into one device buffer."""
+
+    def __init__(self, model: torch.nn.Module, n: int, room: int, values: torch.Tensor,
+                 pool) -> None:
+        self.room, device = room, values.device
+        # int32: the rows, the head's label rows, then the pass packed (at most a chain a
+        # token)
+        self.host = torch.zeros(room + HEAD_LABELS + HEADER + (1 + FIELDS) * n,
+                                dtype=torch.int32, pin_memory=True)
+        Pass(1).pack(out=self.host.numpy()[room + HEAD_LABELS:])  # all padding
+        self.inputs = inputs = self.host.to(device)
+        rows, labels, packed = inputs.split([room, HEAD_LABELS, len(inputs) - room - HEAD_LABELS])
+        window = model.cfg.window
+        side = torch.cuda.Stream(device)  # warm-up (Triton compiles) off the capture
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            _head(model, model(columns(packed, n, window), rows=rows), labels, values)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph, self.head = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool):
+            self.out = model(columns(packed, n, window), rows=rows)
+        with torch.cuda.graph(self.head, pool=self.graph.pool()):
+            _head(model, self.out, labels, values)
+
+
 class GraphRunner:
     def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device) -> None:
         top = min(max_tokens, LARGEST)
         self.sizes = [SMALLEST << i for i in range(max(top // SMALLEST, 1).bit_length())]
-        self.window = model.cfg.window
         self._room = {n: max(HEAD_ROWS, n // ROW_SHARE) if model.prunes_rows else n
                       for n in self.sizes}
-        # per size, int32: the rows, the head's label rows, then the pass packed (at most
-        # a chain a token)
-        self._host = {n: torch.zeros(self._room[n] + HEAD_LABELS + HEADER + (1 + FIELDS) * n,
-                                     dtype=torch.int32, pin_memory=True) for n in self.sizes}
-        self._inputs: dict[int, torch.Tensor] = {}
-        self._out: dict[int, torch.Tensor] = {}
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._heads: dict[int, torch.cuda.CUDAGraph] = {}
         # what the head graphs write: logits [HEAD_ROWS, HEAD_LABELS], then logsumexps
         self.values = torch.zeros(HEAD_VALUES, device=device)
         free_before = torch.cuda.mem_get_info(device)[0]
+        self._graphs: dict[int, _Captured] = {}
+        # a pass the head graphs finish has at most HEAD_ROWS rows: a pruning model's own
+        # graphs compute just those in its pruned layers, not the size's wider room
+        self._with_head: dict[int, _Captured] = {}
         pool = None
         for n in reversed(self.sizes):
-            room = self._room[n]
-            Pass(1).pack(out=self._host[n].numpy()[room + HEAD_LABELS:])  # all padding
-            self._inputs[n] = inputs = self._host[n].to(device)
-            rows, labels, packed = inputs.split([room, HEAD_LABELS,
-                                                 len(inputs) - room - HEAD_LABELS])
-            side = torch.cuda.Stream(device)  # warm-up (Triton compiles) off the capture
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                _head(model, model(columns(packed, n, self.window), rows=rows), labels,
-                      self.values)
-            torch.cuda.current_stream(device).wait_stream(side)
-            graph, head = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self._out[n] = model(columns(packed, n, self.window), rows=rows)
-            pool = graph.pool()
-            with torch.cuda.graph(head, pool=pool):
-                _head(model, self._out[n], labels, self.values)
-            self._graphs[n], self._heads[n] = graph, head
+            self._graphs[n] = wide = _Captured(model, n, self._room[n], self.values, pool)
+            pool = wide.graph.pool()
+            self._with_head[n] = wide if not model.prunes_rows or wide.room == HEAD_ROWS \
+                else _Captured(model, n, HEAD_ROWS, self.values, pool)
         torch.cuda.synchronize(device)
         self.nbytes = max(free_before - torch.cuda.mem_get_info(device)[0], 0)
 
@@ -91,33 +102,39 @@ class GraphRunner:
     def padded_rows(self, p: Pass, n: int) -> np.ndarray:
         """int32 [the room of size n]: p's rows, then its last repeated (computing a token
         twice is harmless; a far one would widen its query block's keys)."""
-        out = np.full(self._room[n], p.rows[-1] if p.rows else 0, np.int32)
-        out[:len(p.rows)] = p.rows
-        return out
+        return _padded(p, self._room[n])
 
     def run(self, packed: torch.Tensor, rows: torch.Tensor, n: int) -> torch.Tensor:
         """A pass packed (passes.py) and its `padded_rows`, on the device, padded to n, a
         captured size -> the hidden states [room, hidden] at those rows (the graph's own
         output buffer: read it before the next run)."""
-        inputs, at = self._inputs[n], self._room[n] + HEAD_LABELS
-        inputs[:len(rows)].copy_(rows)
-        inputs[at:at + len(packed)].copy_(packed)
-        self._graphs[n].replay()
-        return self._out[n]
+        g = self._graphs[n]
+        g.inputs[:len(rows)].copy_(rows)
+        at = g.room + HEAD_LABELS
+        g.inputs[at:at + len(packed)].copy_(packed)
+        g.graph.replay()
+        return g.out
 
     def run_with_head(self, p: Pass, labels: list[int]) -> None:
         """One pass and its head into `values`: at the pass's rows (at most HEAD_ROWS),
         label rows `labels` (at most HEAD_LABELS). The pinned buffer is free: every call
         ends reading its values back, so no copy from it is in flight."""
-        n = self.bucket(p)
-        host, room = self._host[n].numpy(), self._room[n]
-        host[:room] = self.padded_rows(p, n)
+        g = self._with_head[self.bucket(p)]
+        host, room = g.host.numpy(), g.room
+        host[:room] = _padded(p, room)
         host[room:room + len(labels)] = labels
         host[room + len(labels):room + HEAD_LABELS] = 0
         used = room + HEAD_LABELS + len(p.pack(out=host[room + HEAD_LABELS:]))
-        self._inputs[n][:used].copy_(self._host[n][:used], non_blocking=True)
-        self._graphs[n].replay()
-        self._heads[n].replay()
+        g.inputs[:used].copy_(g.host[:used], non_blocking=True)
+        g.graph.replay()
+        g.head.replay()
+
+
+def _padded(p: Pass, room: int) -> np.ndarray:
+    """int32 [room]: p's rows, then its last repeated."""
+    out = np.full(room, p.rows[-1] if p.rows else 0, np.int32)
+    out[:len(p.rows)] = p.rows
+    return out
 
 
 def _head(model: torch.nn.Module, h: torch.Tensor, labels: torch.Tensor, out: torch.Tensor

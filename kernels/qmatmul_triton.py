@@ -145,11 +145,13 @@ def _activations(x: torch.Tensor, w: QWeight) -> torch.Tensor:
 
 
 def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = None,
-                      softcap: float | None = None) -> torch.Tensor:
+                      softcap: float | None = None, blocks: Blocks | None = None
+                      ) -> torch.Tensor:
     """logsumexp over N of x @ dequant(w).T -> fp32 [M] (into `out` when given), never
     writing the [M, N] logits (the full-vocabulary normaliser of the tied head): the
     matmul leaves a (max, sum of exp) pair per row and column block, one more kernel
-    combines each row's pairs. softcap: of cap * tanh(logits / cap)."""
+    combines each row's pairs. softcap: of cap * tanh(logits / cap). blocks: tiles of one
+    K slice instead of the built-in choice (for tuning)."""
     x = _activations(x, w)
     m, n = len(x), w.shape[0]
     if out is None:
@@ -159,8 +161,9 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
     # one K slice: each program's (max, sum of exp) pair needs its tile's whole sums; a
     # head's few rows stream the whole weight: 128 of its rows a program, two stages
     # (H200: 67 against 71 us, 16 rows of the 262,144 x 640 8-bit embedding)
-    bm, bn, bk, warps, stages, _ = built_in(x, w)
-    blocks = (bm, 128, bk, warps, 2, 1) if m <= 16 else (bm, bn, bk, warps, stages, 1)
+    if blocks is None:
+        bm, bn, bk, warps, stages, _ = built_in(x, w)
+        blocks = (bm, 128, bk, warps, 2, 1) if m <= 16 else (bm, bn, bk, warps, stages, 1)
     cols = triton.cdiv(n, blocks[1])
     top = torch.empty(m, cols, dtype=torch.float32, device=x.device)
     total = torch.empty_like(top)

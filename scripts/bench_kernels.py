@@ -1,8 +1,8 @@
 """Sweep the Triton kernels' tiles on CUDA, on Gemma 3 shapes (270M; dense: also 1B);
 print medians.
 
-    python scripts/bench_kernels.py [qmatmul] [qmatmul-e2b] [attention] [fused] [dequantize]
-                                    [dense]
+    python scripts/bench_kernels.py [qmatmul] [qmatmul-e2b] [head-e2b] [attention] [fused]
+                                    [dequantize] [dense]
 
 Each timing replays a CUDA graph of back-to-back calls, as the engine's graphs run
 them: per-call time with no host launch cost, and for the matmuls with the weights
@@ -63,14 +63,19 @@ LINEARS = {"qkv": (HIDDEN, Q + 2 * KV, (8, 32)), "o": (Q, HIDDEN, (4, 32)),
 ROWS = (64, 128, 256, 512, 1024, 2048)  # the graphs' pass sizes up to cuBLAS's
 # Gemma 4 E2B's KV-shared layers (Q4_0, double-wide MLP), at the rows their graphs hold
 # (a graph of n tokens: n / 8, at least 16): part "qmatmul-e2b"
-E2B_LINEARS = {"e2b q": (1536, 2048, (4, 32)), "e2b o": (2048, 1536, (4, 32)),
-               "e2b gate_up": (1536, 2 * 12288, (4, 32)), "e2b down": (12288, 1536, (4, 32))}
-QMATMUL_PARTS = {"qmatmul": (LINEARS, ROWS), "qmatmul-e2b": (E2B_LINEARS, (16, 32, 64, 128))}
+# (their Q4_0 as the engine holds it: symmetric codes, fp16 scales: "4s")
+E2B_LINEARS = {"e2b q": (1536, 2048, ("4s", 32)), "e2b o": (2048, 1536, ("4s", 32)),
+               "e2b gate_up": (1536, 2 * 12288, ("4s", 32)),
+               "e2b down": (12288, 1536, ("4s", 32))}
 ALL_LINEARS = {**LINEARS, **E2B_LINEARS}  # by name, for the compiling workers
 # qmatmul tiles: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
 TILES = [(bm, bn, bk, w, 3, s) for bm, bn, bk, w, s in itertools.product(
     (16, 32, 64, 128), (16, 32, 64, 128), (64, 128, 256), (4, 8), (1, 2, 4, 5, 8, 16))
     if bm * bk <= 128 * 128 and bn * bk <= 128 * 128 and (w == 4 or bm * bn >= 64 * 64)]
+# the head's logsumexp at 16 rows: one K slice (part "head-e2b")
+HEAD_TILES = [(16, bn, bk, w, st, 1) for bn, bk, w, st in itertools.product(
+    (64, 128, 256), (64, 128, 256), (4, 8), (2, 3)) if bn * bk <= 128 * 128]
+QMATMUL_PARTS = {"qmatmul": (LINEARS, ROWS), "qmatmul-e2b": (E2B_LINEARS, (16, 32, 64, 128))}
 # attention: BLOCK_M, BLOCK_N, warps, stages; for full attention also with a long block's
 # keys split over programs (splits, min key blocks each)
 ATT_TILES = list(itertools.product((16, 32, 64, 128), (16, 32, 64, 128), (4, 8), (1, 2, 3)))
@@ -95,8 +100,12 @@ DENSE_TILES = [(bm, bn, 64, w, s, split) for bm, bn, w, s, split in itertools.pr
 DEQ_TILES = list(itertools.product((16, 32, 64, 128), (32, 64, 128, 256), (2, 4, 8)))
 
 
-def random_qweight(n: int, k: int, bits: int, group: int):
+def random_qweight(n: int, k: int, bits: int | str, group: int):
+    """bits 4: with offsets and fp32 scales (Q4_K), "4s": symmetric, fp16 scales (Q4_0)."""
     scale = torch.rand(n, k // group, device=DEV) * 0.02
+    if bits == "4s":
+        codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=DEV)
+        return qm.QWeight(codes, scale.half(), None, group, 4)
     if bits == 4:
         codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=DEV)
         return qm.QWeight(codes, scale, -8 * scale, group, 4)
@@ -120,6 +129,9 @@ def compile_some(jobs: list) -> int:
                 k, n, (bits, group) = ALL_LINEARS[name]
                 qmt.qmatmul_triton(torch.randn(tile[0], k, device=DEV, dtype=DTYPE),
                                    random_qweight(n, k, bits, group), blocks=tile)
+            elif kernel == "head":
+                qmt.qmatmul_logsumexp(torch.randn(16, 1536, device=DEV, dtype=DTYPE),
+                                      random_qweight(1024, 1536, "4s", 32), blocks=tile)
             elif kernel == "fused":
                 fused_calls(64, tile)[name]()
             elif kernel == "dense":
@@ -151,6 +163,7 @@ def precompile(parts: list[str], workers: int = 12) -> None:
     jobs = [("qmatmul", name, t) for part, (linears, _) in QMATMUL_PARTS.items()
             if part in parts for (k, bits, group), name in forms(linears).items()
             for t in TILES if fits(t, 1024, k, group)]
+    jobs += [("head", "", t) for t in HEAD_TILES if "head-e2b" in parts]
     jobs += [("attention", "", t) for t in ATT_TILES + ATT_SPLIT_TILES if "attention" in parts]
     jobs += [("fused", name, t) for t in FUSED_TILES for name in ("add_rms_norm", "qk_norm_rope")
              if "fused" in parts]
@@ -196,6 +209,22 @@ def bench_qmatmul(linears: dict, rows: tuple) -> None:
                                   for w in copies]) * 1e3
                 print(f"{'  + gelu*up':24} {m:5d} {plain:9.1f} {fused:7.1f}  (built-in, the "
                       "best tile above with gelu in its epilogue)", flush=True)
+
+
+def bench_head() -> None:
+    """Gemma 4 E2B's tied head (262,144 x 1,536 in Q4_0) at 16 rows: the full-vocabulary
+    logsumexp, each tile's matmul and the combining kernel."""
+    print("head-e2b: logsumexp of 16 rows, per-call us in a graph; GB/s of packed weight")
+    copies = [random_qweight(262144, 1536, "4s", 32) for _ in range(2)]  # 226 MB each
+    x = torch.randn(16, 1536, device=DEV, dtype=DTYPE)
+
+    def calls(tile):
+        return [lambda w=w: qmt.qmatmul_logsumexp(x, w, blocks=tile) for w in copies]
+
+    builtin = tile_us(calls(None))
+    ranked, best = rank(calls, HEAD_TILES)
+    print(f"built-in {builtin:.1f}  best {ranked[0][0]:.1f} "
+          f"({copies[0].nbytes() / ranked[0][0] / 1e3:.0f} GB/s)  {best}", flush=True)
 
 
 def bench_attention() -> None:
@@ -312,6 +341,8 @@ def main() -> None:
     for part, (linears, rows) in QMATMUL_PARTS.items():
         if part in parts:
             bench_qmatmul(linears, rows)
+    if "head-e2b" in parts:
+        bench_head()
     if "attention" in parts:
         bench_attention()
     if "fused" in parts:

@@ -5,7 +5,7 @@
 # K (pytest -k), KERNELS=0/1/parts (tile sweep), PROFILE=0/1 (PROFILE_SHAPE: a shape
 # other than the 270M's), BASE (A/B against commits' packages; ROUNDS of it), SHAPES
 # (random weights of real shapes), MODELS (catalog models' own files), ENGINES, N_CTX,
-# REPEAT, BENCH_ARGS (more flags of `decider bench`), LLAMA_SDIST (a trimmed
+# REPEAT, BENCH_ARGS (more flags of `decider bench`; BASE's runs take them too), LLAMA_SDIST (a trimmed
 # llama-cpp-python source, scripts/gpu_llama.sh: built for CUDA beside the tests, then
 # installed before the benchmarks).
 set -uo pipefail
@@ -39,33 +39,40 @@ if [ "${PROFILE:-1}" = 1 ]; then
   TRACE_DIR=$out python3 scripts/profile_engine.py ${PROFILE_SHAPE:-} 2>&1 \
     | tee "$out/profile_engine.txt" | tail -30
 fi
+bench_in() {  # $1: a package's directory; the rest: what picks the weights
+  local side=$1
+  shift
+  (cd "$side" && PYTHONPATH=$side:/tmp/site python3 -m decider.cli bench "$@" \
+    --engines "${ENGINES:-triton,reference:bfloat16}" --n-ctx "${N_CTX:-32768}" \
+    --repeat "${REPEAT:-10}" ${BENCH_ARGS:-} 2>&1)
+}
 if [ -n "${BASE:-}" ]; then  # A/B on one machine: BASE is one or more commits' packages,
   # made here by `scripts/layout_package.sh --rev REV .carry/NAME.tgz` and carried; the
-  # runs alternate with this checkout's
+  # runs of each of SHAPES alternate with this checkout's, ROUNDS times (instead of the
+  # benchmarks below)
   sides=()
   for tgz in $BASE; do
     mkdir -p "/tmp/ab/$tgz" && tar xzf "$here/$tgz" -C "/tmp/ab/$tgz" && sides+=("/tmp/ab/$tgz")
   done
   sides+=("$pkg")
-  for round in $(seq "${ROUNDS:-2}"); do
-    for side in "${sides[@]}"; do
-      echo "== $([ "$side" = "$pkg" ] && echo this checkout || echo "${side#/tmp/ab/}"), round $round"
-      (cd "$side" && PYTHONPATH=$side:/tmp/site python3 -m decider.cli bench --engines triton \
-        --shape gemma-3-270m --n-ctx 32768 --repeat 20 2>&1 | tail -3)
+  for shape in ${SHAPES:-gemma-3-270m}; do
+    for round in $(seq "${ROUNDS:-2}"); do
+      for side in "${sides[@]}"; do
+        echo "== $shape, $([ "$side" = "$pkg" ] && echo this checkout || echo "${side#/tmp/ab/}"), round $round"
+        bench_in "$side" --shape "$shape" | tail -4
+      done
     done
   done | tee "$out/ab.txt"
+  exit
 fi
 if [ -n "${LLAMA_SDIST:-}" ]; then  # waits for the build at most LLAMA_WAIT seconds
   timeout "${LLAMA_WAIT:-420}" bash "$here/scripts/gpu_llama.sh" --install 2>&1 \
     | tee "$out/llama_build.txt"
   [ -f /tmp/site/llama_cpp/lib/libllama.so ] && export LD_PRELOAD=/tmp/site/llama_cpp/lib/libllama.so
 fi
-bench_engines() {  # $1: the results' name; the rest: what picks the weights
-  local name=$1
-  shift
-  python3 -m decider.cli bench "$@" --engines "${ENGINES:-triton,reference:bfloat16}" \
-    --n-ctx "${N_CTX:-32768}" --repeat "${REPEAT:-10}" ${BENCH_ARGS:-} 2>&1 \
-    | tee "$out/bench_engines_$name.txt" | tail -8
-}
-for shape in ${SHAPES:-gemma-3-270m}; do bench_engines "$shape" --shape "$shape"; done
-for model in ${MODELS:-}; do bench_engines "model_$model" "$model"; done
+for shape in ${SHAPES:-gemma-3-270m}; do
+  bench_in "$pkg" --shape "$shape" | tee "$out/bench_engines_$shape.txt" | tail -8
+done
+for model in ${MODELS:-}; do
+  bench_in "$pkg" "$model" | tee "$out/bench_engines_model_$model.txt" | tail -8
+done

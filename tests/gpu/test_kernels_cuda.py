@@ -42,8 +42,13 @@ def close(got: torch.Tensor, want: torch.Tensor) -> None:
     torch.testing.assert_close(got.float(), want, rtol=1e-2, atol=1e-2 * float(want.abs().max()))
 
 
-def random_qweight(n: int, k: int, bits: int, group: int) -> qm.QWeight:
+def random_qweight(n: int, k: int, bits: int | str, group: int) -> qm.QWeight:
+    """bits 4: codes with offsets and fp32 scales (Q4_K), "4s": symmetric codes and fp16
+    scales (Q4_0, Gemma 4's QAT weights as the engine holds them), 8: int8 codes."""
     scale = torch.rand(n, k // group, device=DEV) * 0.02 + 0.002
+    if bits == "4s":
+        codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=DEV)
+        return qm.QWeight(codes, scale.half(), None, group, 4)
     if bits == 4:
         codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=DEV)
         return qm.QWeight(codes, scale, -8 * scale, group, 4)
@@ -51,7 +56,7 @@ def random_qweight(n: int, k: int, bits: int, group: int) -> qm.QWeight:
     return qm.QWeight(codes, scale, None, group, 8)
 
 
-QUANTS = {"q4-g32": (4, 32), "q8-g32": (8, 32), "q6k-g16": (8, 16)}
+QUANTS = {"q4-g32": (4, 32), "q4_0-g32": ("4s", 32), "q8-g32": (8, 32), "q6k-g16": (8, 16)}
 # (K, N): 270M q/gate-up/down (hidden 640, q 4x256, ffn 2048), 1B q/gate-up/down
 # (hidden 1152, ffn 6912), Gemma 4 E2B's KV-shared layers' o/gate-up/down (q 8x256,
 # the double-wide MLP of 2 x 12288: the tiles of weights of 2^24 elements or more)
