@@ -65,8 +65,8 @@ def choose(m: int, n: int, k: int, group: int, bits: int, itemsize: int = 2) -> 
     (itemsize 4) take K tiles of at most 64, which keeps their pipelined tiles within the
     shared memory. Up to 16 rows of a weight of 1,024 rows or more, N tiles of 64 for a
     wide or large weight (E2B's shared `down` at 16 rows: 17.9 against 20.5 us at 32),
-    K slices until the programs fill the GPU, and 17-128 rows of a large weight `_big_weight`'s tiles (the
-    sweep of Gemma 4 E2B's KV-shared layers)."""
+    K slices until the programs fill the GPU, and 17-128 rows of a large weight
+    `_big_weight`'s tiles (the sweep of Gemma 4 E2B's KV-shared layers)."""
     fits = k_tiles(k, group)
     if m <= 16:  # decode-like: weight-bandwidth bound
         if n < 1024:  # a head's label rows

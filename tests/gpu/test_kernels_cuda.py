@@ -46,11 +46,10 @@ def random_qweight(n: int, k: int, bits: int | str, group: int) -> qm.QWeight:
     """bits 4: codes with offsets and fp32 scales (Q4_K), "4s": symmetric codes and fp16
     scales (Q4_0, Gemma 4's QAT weights as the engine holds them), 8: int8 codes."""
     scale = torch.rand(n, k // group, device=DEV) * 0.02 + 0.002
-    if bits == "4s":
+    if bits in (4, "4s"):
         codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=DEV)
-        return qm.QWeight(codes, scale.half(), None, group, 4)
-    if bits == 4:
-        codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=DEV)
+        if bits == "4s":
+            return qm.QWeight(codes, scale.half(), None, group, 4)
         return qm.QWeight(codes, scale, -8 * scale, group, 4)
     codes = torch.randint(-128, 128, (n, k), dtype=torch.int8, device=DEV)
     return qm.QWeight(codes, scale, None, group, 8)
