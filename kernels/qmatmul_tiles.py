@@ -12,7 +12,9 @@ from . import arrivals
 from .qweight import QWeight
 
 LARGE_M = 256  # rows from which dequantize (made ahead) + cuBLAS wins (docs/benchmarks.md)
-LARGE_W = 1 << 25  # ... for weights up to this many elements (not the 262k-row head)
+# ... for weights up to this many elements: E2B's double-wide gate/up (37.7M) is one, a
+# vocabulary's head (403M and more) is not; a copy is at most 128 MiB in fp16
+LARGE_W = 1 << 26
 # gate/up in these rows: the Triton matmul on the dequantized weight, gelu*up in its
 # epilogue (it saves the [M, N] product's trip through memory, 8-10% on the 270M's
 # gate/up); outside them cuBLAS, then a gelu kernel: past them cuBLAS's speed wins, and
