@@ -1,7 +1,8 @@
 """Sweep the Triton kernels' tiles on CUDA, on Gemma 3 shapes (270M; dense: also 1B);
 print medians.
 
-    python scripts/bench_kernels.py [qmatmul] [qmatmul-e2b] [head-e2b] [attention] [fused]
+    python scripts/bench_kernels.py [qmatmul] [qmatmul-e2b] [head-e2b] [attention]
+                                    [attention-e2b-sliding] [attention-e2b-full] [fused]
                                     [dequantize] [dense]
 
 Each timing replays a CUDA graph of back-to-back calls, as the engine's graphs run
@@ -11,8 +12,9 @@ in fp16, the engine's default on CUDA. qmatmul (packed weights) at each pass siz
 graphs capture, against a matmul of the weight already dense (cuBLAS: the floor a
 dequantizing kernel chases) and the built-in tile choice (gate_up also with gelu*up: the
 best tile with it in the epilogue, against the built-in path); attention (4 query heads,
-1 KV head, head dim 256) against F.scaled_dot_product_attention on equal-length causal
-sequences; the fused norms and RoPE (token rows per program, warps) at pass sizes from
+1 KV head, head dim 256; the e2b parts: 8 query heads and head dim 256 in a window of
+512, or 512 in full, on one request's pass and on 128 requests of 230 tokens) against
+F.scaled_dot_product_attention on equal-length causal sequences; the fused norms and RoPE (token rows per program, warps) at pass sizes from
 128 to 8192 tokens, beside gelu*up's kernel as a yardstick of bytes moved; dequantize
 (the weights of passes past LARGE_M rows) per weight, in GB/s; dense: the matmuls of
 passes past LARGE_M rows on the dequantized weight, cuBLAS against the Triton kernel's
@@ -31,10 +33,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import triton
-from bench_shapes import (ALL_LINEARS, ATT_SPLIT_TILES, ATT_TILES, DENSE_LINEARS, DENSE_ROWS,
+from bench_shapes import (ALL_LINEARS, ATT_PARTS, ATT_SHAPES, DENSE_LINEARS, DENSE_ROWS,
                           DENSE_TILES, DEQ_TILES, FFN, FUSED_TILES, FUSED_TOKENS, HEAD_DIM,
-                          HEAD_TILES, HIDDEN, KV, LINEARS, Q, QMATMUL_PARTS, TILES, TOKENS,
-                          WINDOW, fits, forms)
+                          HEAD_TILES, HIDDEN, LINEARS, Q, QMATMUL_PARTS, TILES, fits, forms)
 from graph_timing import graph_ms, rank, tile_us
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
@@ -94,9 +95,10 @@ def compile_some(jobs: list) -> int:
             elif kernel == "dequantize":
                 k, n, (bits, group) = LINEARS[name]
                 qmt.dequantize_triton(random_qweight(n, k, bits, group), DTYPE, tile)
-            else:
-                q = torch.randn(64, 4, HEAD_DIM, device=DEV, dtype=DTYPE)
-                kv = torch.randn(64, 1, HEAD_DIM, device=DEV, dtype=DTYPE)
+            else:  # name: query heads a KV head, head dim
+                group, d = ATT_SHAPES[name]
+                q = torch.randn(64, group, d, device=DEV, dtype=DTYPE)
+                kv = torch.randn(64, 1, d, device=DEV, dtype=DTYPE)
                 lo = torch.zeros(64, device=DEV, dtype=torch.int32)
                 att.attention_triton(q, kv, kv, lo, lo + 64, 0.1, blocks=tile)
             done += 1
@@ -111,7 +113,8 @@ def precompile(parts: list[str], workers: int = 12) -> None:
             if part in parts for (k, bits, group), name in forms(linears).items()
             for t in TILES if fits(t, 1024, k, group)]
     jobs += [("head", "", t) for t in HEAD_TILES if "head-e2b" in parts]
-    jobs += [("attention", "", t) for t in ATT_TILES + ATT_SPLIT_TILES if "attention" in parts]
+    jobs += [("attention", name, t) for part, (name, _, _, tiles, splits) in ATT_PARTS.items()
+             if part in parts for t in tiles + splits]
     jobs += [("fused", name, t) for t in FUSED_TILES for name in ("add_rms_norm", "qk_norm_rope")
              if "fused" in parts]
     jobs += [("dequantize", name, t) for name in forms(LINEARS).values() for t in DEQ_TILES
@@ -174,23 +177,27 @@ def bench_head() -> None:
           f"({copies[0].nbytes() / ranked[0][0] / 1e3:.0f} GB/s)  {best}", flush=True)
 
 
-def bench_attention() -> None:
-    print("attention 4q/1kv d256: per-call us in a graph")
-    hq, hkv, scale = Q // HEAD_DIM, KV // HEAD_DIM, HEAD_DIM ** -0.5
-    for label, (seqs, each) in TOKENS.items():
+def bench_attention(shape: str, tokens: dict, windows: tuple, tiles: list, splits: list
+                    ) -> None:
+    """One KV head and its query heads (ATT_SHAPES[shape]) on each of `tokens`' passes,
+    with each of `windows` (None: full attention, which also tries `splits`)."""
+    hq, d = ATT_SHAPES[shape]
+    print(f"attention {hq}q/1kv d{d}: per-call us in a graph")
+    hkv, scale = 1, d ** -0.5
+    for label, (seqs, each) in tokens.items():
         t = seqs * each
-        q = torch.randn(t, hq, HEAD_DIM, device=DEV, dtype=DTYPE)
-        k, v = (torch.randn(t, hkv, HEAD_DIM, device=DEV, dtype=DTYPE) for _ in "kv")
+        q = torch.randn(t, hq, d, device=DEV, dtype=DTYPE)
+        k, v = (torch.randn(t, hkv, d, device=DEV, dtype=DTYPE) for _ in "kv")
         out = torch.empty_like(q)
         i = torch.arange(t, device=DEV, dtype=torch.int32)
         start = i - i % each  # packed chains of `each` tokens
         end = start + each
         # SDPA sees [B, H, L, D] with K/V repeated to the query heads (outside the timing)
-        qb, kb, vb = (x.view(seqs, each, -1, HEAD_DIM).transpose(1, 2) for x in (q, k, v))
+        qb, kb, vb = (x.view(seqs, each, -1, d).transpose(1, 2) for x in (q, k, v))
         kb, vb = (x.repeat_interleave(hq // hkv, 1) for x in (kb, vb))
         sdpa = graph_ms([lambda: F.scaled_dot_product_attention(
             qb, kb, vb, is_causal=True, scale=scale)] * 20) * 1e3
-        for window in (None, WINDOW):
+        for window in windows:
             lo = start if window is None else torch.maximum(start, i - window + 1)
 
             def calls(tile, lo=lo, window=window):
@@ -198,7 +205,7 @@ def bench_attention() -> None:
                     q, k, v, lo, end, scale, window=window, out=out, blocks=tile)] * 20
 
             builtin = graph_ms(calls(None)) * 1e3
-            ranked, best = rank(calls, ATT_TILES + (ATT_SPLIT_TILES if window is None else []))
+            ranked, best = rank(calls, tiles + (splits if window is None else []))
             print(f"{label:>8} window {str(window):4}: built-in {builtin:.1f}, best "
                   f"{ranked[0][0]:.1f}, SDPA causal {sdpa:.1f}  {best}", flush=True)
 
@@ -290,8 +297,9 @@ def main() -> None:
             bench_qmatmul(linears, rows)
     if "head-e2b" in parts:
         bench_head()
-    if "attention" in parts:
-        bench_attention()
+    for part, spec in ATT_PARTS.items():
+        if part in parts:
+            bench_attention(*spec)
     if "fused" in parts:
         bench_fused()
     if "dequantize" in parts:

@@ -181,6 +181,22 @@ def fp32_cpu(x):
     return x
 
 
+GEMMA4_FULL = {  # E2B's full layers: 8 query heads, 1 KV head, head dim 512
+    "one-200": ([200], False, 0),  # up to 2048 rows: 16-row blocks
+    "packed-causal": ([1, 100, 700, 256], False, 0),  # past them: 64-row blocks
+    "cached-prefix-trees": ([7, 300], True, 1000),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", GEMMA4_FULL)
+def test_attention_on_gemma4_full_layers(case, dtype):
+    sizes, branchy, cached = GEMMA4_FULL[case]
+    args, kwargs = forest_inputs(sizes, branchy, 8, 1, 512, None, cached, DEV, dtype)
+    got = attention_triton(*args, 512 ** -0.5, **kwargs)
+    close(got, attend(*fp32_cpu(args), 512 ** -0.5, **fp32_cpu(kwargs)))
+
+
 def test_attention_head_dim_64_gqa_1():
     args, kwargs = forest_inputs([300, 45], True, 8, 8, 64, 128, 0, DEV, torch.bfloat16)
     close(attention_triton(*args, 0.125, **kwargs), attend(*fp32_cpu(args), 0.125,
