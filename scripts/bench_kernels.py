@@ -1,26 +1,17 @@
-"""Sweep the Triton kernels' tiles on CUDA, on Gemma 3 shapes (270M; dense: also 1B);
-print medians.
+"""Sweep the Triton kernels' tiles on CUDA (shapes and tiles: bench_shapes.py); print medians.
 
-    python scripts/bench_kernels.py [qmatmul] [qmatmul-e2b] [head-e2b] [attention]
-                                    [attention-e2b-sliding] [attention-e2b-full] [fused]
-                                    [dequantize] [dense]
+    python scripts/bench_kernels.py [PART ...]   # default: qmatmul attention fused
 
-Each timing replays a CUDA graph of back-to-back calls, as the engine's graphs run
-them: per-call time with no host launch cost, and for the matmuls with the weights
-cycling through enough copies to exceed the L2 cache (a model's layers do). Activations
-in fp16, the engine's default on CUDA. qmatmul (packed weights) at each pass size the
-graphs capture, against a matmul of the weight already dense (cuBLAS: the floor a
-dequantizing kernel chases) and the built-in tile choice (gate_up also with gelu*up: the
-best tile with it in the epilogue, against the built-in path); attention (4 query heads,
-1 KV head, head dim 256; the e2b parts: 8 query heads and head dim 256 in a window of
-512, or 512 in full, on one request's pass and on 128 requests of 230 tokens) against
-F.scaled_dot_product_attention on equal-length causal sequences; the fused norms and RoPE (token rows per program, warps) at pass sizes from
-128 to 8192 tokens, beside gelu*up's kernel as a yardstick of bytes moved; dequantize
-(the weights of passes past LARGE_M rows) per weight, in GB/s; dense: the matmuls of
-passes past LARGE_M rows on the dequantized weight, cuBLAS against the Triton kernel's
-tiles (gate_up also with gelu*up: cuBLAS then a gelu kernel, against the epilogue).
-Tiles compile in parallel processes first. The shapes and tiles are in bench_shapes.py.
-Loads the kernels from this checkout; no network.
+Parts: qmatmul, qmatmul-e2b, head-e2b, attention, attention-e2b-sliding,
+attention-e2b-full, fused, dequantize, dense. Each timing replays a CUDA graph of
+back-to-back calls as the engine's graphs run them (no host launch cost), weights
+cycling past the L2 cache; fp16 activations. qmatmul: packed weights at the graphs'
+pass sizes against cuBLAS on the dense weight (the floor) and the built-in tiles (gate_up
+also with gelu*up in the epilogue); head-e2b: the full-vocabulary logsumexp; attention:
+one KV head and its query heads (the 270M's; E2B's sliding and full layers) on causal
+passes, against SDPA on equal-length sequences; fused: norms and RoPE; dequantize: GB/s
+a weight; dense: past LARGE_M rows on the dequantized weight, cuBLAS against the Triton
+tiles. Tiles compile in parallel processes first; no network.
 """
 
 from __future__ import annotations
