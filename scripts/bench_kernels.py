@@ -38,12 +38,9 @@ def load_kernels():
         "_bench_kernels", KERNELS / "__init__.py", submodule_search_locations=[str(KERNELS)])
     sys.modules["_bench_kernels"] = pkg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pkg)
-    return (importlib.import_module("_bench_kernels.qmatmul"),
-            importlib.import_module("_bench_kernels.qmatmul_triton"),
-            importlib.import_module("_bench_kernels.attention_triton"),
-            importlib.import_module("_bench_kernels.fused"),
-            importlib.import_module("_bench_kernels.fused_triton"),
-            importlib.import_module("_bench_kernels.qmatmul_tiles"))
+    return [importlib.import_module(f"_bench_kernels.{name}") for name in (
+        "qmatmul", "qmatmul_triton", "attention_triton", "fused", "fused_triton",
+        "qmatmul_tiles")]
 
 
 qm, qmt, att, fu, fut, tiles = load_kernels()
