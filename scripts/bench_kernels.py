@@ -101,8 +101,8 @@ def precompile(parts: list[str], workers: int = 12) -> None:
             if part in parts for (k, bits, group), name in forms(linears).items()
             for t in TILES if fits(t, 1024, k, group)]
     jobs += [("head", "", t) for t in HEAD_TILES if "head-e2b" in parts]
-    jobs += [("attention", name, t) for part, (name, _, _, tiles, splits) in ATT_PARTS.items()
-             if part in parts for t in tiles + splits]
+    jobs += [("attention", name, t) for part, (name, _, _, some, splits) in ATT_PARTS.items()
+             if part in parts for t in some + splits]
     jobs += [("fused", name, t) for t in FUSED_TILES for name in ("add_rms_norm", "qk_norm_rope")
              if "fused" in parts]
     jobs += [("dequantize", name, t) for name in forms(LINEARS).values() for t in DEQ_TILES
@@ -165,10 +165,10 @@ def bench_head() -> None:
           f"({copies[0].nbytes() / ranked[0][0] / 1e3:.0f} GB/s)  {best}", flush=True)
 
 
-def bench_attention(shape: str, tokens: dict, windows: tuple, tiles: list, splits: list
+def bench_attention(shape: str, tokens: dict, windows: tuple, candidates: list, splits: list
                     ) -> None:
     """One KV head and its query heads (ATT_SHAPES[shape]) on each of `tokens`' passes,
-    with each of `windows` (None: full attention, which also tries `splits`)."""
+    with each of `windows`, over `candidates` (full attention, None: `splits` too)."""
     hq, d = ATT_SHAPES[shape]
     print(f"attention {hq}q/1kv d{d}: per-call us in a graph")
     hkv, scale = 1, d ** -0.5
@@ -193,7 +193,7 @@ def bench_attention(shape: str, tokens: dict, windows: tuple, tiles: list, split
                     q, k, v, lo, end, scale, window=window, out=out, blocks=tile)] * 20
 
             builtin = graph_ms(calls(None)) * 1e3
-            ranked, best = rank(calls, tiles + (splits if window is None else []))
+            ranked, best = rank(calls, candidates + (splits if window is None else []))
             print(f"{label:>8} window {str(window):4}: built-in {builtin:.1f}, best "
                   f"{ranked[0][0]:.1f}, SDPA causal {sdpa:.1f}  {best}", flush=True)
 
