@@ -286,10 +286,10 @@ def _blocks(rows: int, block_d: int, dtype: torch.dtype, full: bool
     last query blocks read every key) splits a long block's keys from 2048 to 16384 rows: one
     causal sequence of 1000 tokens 42.5 -> 24.4 us, of 2000 61.2 -> 38.7, of 4000 137.8 -> 98.3.
     fp32 tiles are twice the bytes: half the keys, eight warps and two stages keep them in
-    registers and shared memory. Head dim 512 (Gemma 4's full layers): K and V tiles of
-    32 keys (16 in fp32), no key splits, to stay within the shared memory; past 2048 rows
-    64-row blocks on 8 warps (the E2B sweep, 8 query heads: 128 x 230 tokens 779.6 -> 475.3
-    us), up to it 16 rows against 64 keys (one pass of 256 tokens 21.9 -> 14.5 us)."""
+    registers and shared memory. Head dim 512 (Gemma 4's full layers): no key splits, on 8
+    warps, 16-row blocks against 64 keys up to 2048 rows (one pass of 256 tokens, 8 query
+    heads: 21.9 -> 14.5 us) and 64 rows against 32 keys past them (128 x 230 tokens 779.6
+    -> 475.3 us: the E2B sweep), within the shared memory; in fp32 16 x 16 tiles."""
     if block_d > 256:
         if dtype == torch.float32:
             return 16, 16, 8, 1, 1, 1
