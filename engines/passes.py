@@ -22,7 +22,7 @@ from decider.kernels.columns import FIELDS, HEADER
 from .base import ScoreJob, Tokens, label_trie
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a call makes hundreds, and frozen ones cost 4x
 class Output:
     """One trie node's logits: where its pass reads them and where they land."""
 
@@ -124,12 +124,12 @@ def tree_size(job: ScoreJob) -> int:
     return len(job.prefix) + sum(map(_branch_size, job.branches))
 
 
-def _place_branch(pb: Pass, branch, n_prefix: int, prefix_at: int | None) -> dict:
+def _place_branch(pb: Pass, branch, trie: _Trie, n_prefix: int, prefix_at: int | None
+                  ) -> dict:
     """Append one branch (suffix chain, then its trie nodes) to the pass; returns each trie
     node's row. prefix_at: the in-pass index of the prefix's position 0, or None when the
     prefix is in the cache (then the branch's own root is the oldest token it sees here)."""
     base = pb.tokens
-    trie = _trie(branch.candidates)
     n_suffix = len(branch.suffix)
     last = n_prefix + n_suffix - 1  # position of the answer
     root_lo = base if prefix_at is None else prefix_at
@@ -167,9 +167,8 @@ def plan(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = None
     n_logits = n_lse = 0
     packed = Pass(window)
 
-    def read(pb: Pass, ji: int, bi: int, at: dict[Tokens, int], branch) -> None:
+    def read(pb: Pass, ji: int, bi: int, at: dict[Tokens, int], trie: _Trie) -> None:
         nonlocal n_logits, n_lse
-        trie = _trie(branch.candidates)
         allowed = trie.allowed
         for path in trie.reported:
             outputs.append(Output(ji, bi, path, allowed[path], n_logits, -1 if path else n_lse))
@@ -187,8 +186,8 @@ def plan(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = None
             o = packed.tokens
             _place_prefix(packed, job.prefix, 0, o + size)
             for bi, branch in enumerate(job.branches):
-                at = _place_branch(packed, branch, n_prefix, o)
-                read(packed, ji, bi, at, branch)
+                trie = _trie(branch.candidates)
+                read(packed, ji, bi, _place_branch(packed, branch, trie, n_prefix, o), trie)
             continue
         if packed.tokens:  # passes run, and outputs are read, in order
             passes.append(packed)
@@ -202,8 +201,8 @@ def plan(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = None
             if group.tokens and group.tokens + _branch_size(branch) > budget:
                 passes.append(group)
                 group = Pass(window, "read")
-            at = _place_branch(group, branch, n_prefix, None)
-            read(group, ji, bi, at, branch)
+            trie = _trie(branch.candidates)
+            read(group, ji, bi, _place_branch(group, branch, trie, n_prefix, None), trie)
         passes.append(group)
     if packed.tokens:
         passes.append(packed)

@@ -147,7 +147,9 @@ class TorchEngine:
                         self._graphs.run_with_head(layout.passes[0], head[0])
                     elif kind is None:
                         self._run(layout)
-                values = out.cpu().numpy()
+                # a fresh array (also on the CPU, where .cpu() is the buffer itself):
+                # the results are views of it
+                values = out.to("cpu", copy=True).numpy()
                 if head:
                     values = values[head[1]]
             except torch.OutOfMemoryError as e:
@@ -292,11 +294,13 @@ def _head_indices(layout: Plan, stride: int = 0) -> tuple[list[int], list[int], 
 
 def _results(jobs: Sequence[ScoreJob], layout: Plan, logits: np.ndarray,
              lse: np.ndarray) -> list[list[BranchResult]]:
+    """Each output's logits as a view of the call's own array (read back fresh each call)."""
     results: list[list[list[NodeLogits]]] = [[[] for _ in j.branches] for j in jobs]
+    lse = lse.tolist()
     for o in layout.outputs:
-        row = logits[o.at : o.at + len(o.allowed)].copy()
+        row = logits[o.at : o.at + len(o.allowed)]
         results[o.job][o.branch].append(
-            NodeLogits(o.path, o.allowed, row, float(lse[o.lse_at]) if o.lse_at >= 0 else None))
+            NodeLogits(o.path, o.allowed, row, lse[o.lse_at] if o.lse_at >= 0 else None))
     return [[tuple(nodes) for nodes in branches] for branches in results]
 
 

@@ -89,6 +89,16 @@ def test_a_shared_prefix_with_several_branches_equals_separate_passes(tiny, rng)
     assert max_diff(shared, reference.score([ScoreJob(prefix, branches)])[0]) < TOL
 
 
+def test_a_calls_results_outlive_the_next_call(tiny, rng):
+    """Results are views of the array a call reads back, never of the engine's buffer."""
+    _, engine, _ = tiny
+    jobs = [ScoreJob((2, *rand_ids(rng, 12)), (rand_branch(rng, 3),)) for _ in range(2)]
+    [first] = engine.score(jobs[:1])
+    kept = [node.logits.copy() for node in first[0]]
+    engine.score(jobs[1:])
+    assert all(np.array_equal(node.logits, k) for node, k in zip(first[0], kept, strict=True))
+
+
 def test_unwritten_rows_are_refused_by_the_guard(tiny, fault_file, rng):
     _, engine, _ = tiny
     job = ScoreJob((2, *rand_ids(rng, 20)), (rand_branch(rng, 3),))
