@@ -12,6 +12,8 @@ gelu*up in the epilogue.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import triton
 
@@ -19,8 +21,8 @@ from . import arrivals
 from .fused_triton import gelu_mul
 from .pdl import launch_options
 from .qmatmul_kernels import _dequantize_kernel, _lse_combine_kernel, _qmatmul_kernel
-from .qmatmul_tiles import (DENSE_BLOCKS, DENSE_GELU_ROWS, MAX_TILES, Blocks, built_in,
-                            check_k_tile, k_tiles, takes_dense)
+from .qmatmul_tiles import (DENSE_BLOCKS, DENSE_GELU_ROWS, LARGE_M, LARGE_W, MAX_TILES,
+                            Blocks, built_in, check_k_tile, k_tiles, takes_dense)
 from .qweight import QWeight
 
 
@@ -150,27 +152,51 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
     """logsumexp over N of x @ dequant(w).T -> fp32 [M] (into `out` when given), never
     writing the [M, N] logits (the full-vocabulary normaliser of the tied head): the
     matmul leaves a (max, sum of exp) pair per row and column block, one more kernel
-    combines each row's pairs. softcap: of cap * tanh(logits / cap). blocks: tiles of one
-    K slice instead of the built-in choice (for tuning)."""
+    combines each row's pairs. From LARGE_M rows in fp16 or bf16 the matmul multiplies
+    w dequantized, a chunk of rows at a time (`_dense_chunks`). softcap: of cap *
+    tanh(logits / cap). blocks: tiles of one K slice on the packed weight instead of
+    the built-in choice (for tuning)."""
     x = _activations(x, w)
     m, n = len(x), w.shape[0]
     if out is None:
         out = torch.empty(m, dtype=torch.float32, device=x.device)
     if out.shape != (m,) or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError(f"out must be contiguous fp32 [{m}]")
+    dense = blocks is None and m >= LARGE_M and x.dtype != torch.float32
     # one K slice: each program's (max, sum of exp) pair needs its tile's whole sums; a
     # head's few rows stream the whole weight: 128 of its rows a program, two stages
     # (H200: 67 against 71 us, 16 rows of the 262,144 x 640 8-bit embedding)
-    if blocks is None:
+    if dense:
+        blocks = DENSE_BLOCKS
+    elif blocks is None:
         bm, bn, bk, warps, stages, _ = built_in(x, w)
         blocks = (bm, 128, bk, warps, 2, 1) if m <= 16 else (bm, bn, bk, warps, stages, 1)
     cols = triton.cdiv(n, blocks[1])
     top = torch.empty(m, cols, dtype=torch.float32, device=x.device)
     total = torch.empty_like(top)
     if m:
-        _launch(x, w, top, total, blocks, lse=True, softcap=softcap or 0.0)
+        for part, first in _dense_chunks(w, x.dtype, blocks[1]) if dense else [(w, 0)]:
+            c = first // blocks[1]  # the chunk's column blocks
+            _launch(x, part, top[:, c:], total[:, c:], blocks, lse=True,
+                    softcap=softcap or 0.0)
         _lse_combine_kernel[(m,)](top, total, out, cols, BLOCK=1024, **launch_options(x))
     return out
+
+
+def _dense_chunks(w: QWeight, dtype: torch.dtype, block: int
+                  ) -> Iterator[tuple[torch.Tensor, int]]:
+    """(chunk, its first row): w's rows dequantized in `dtype` into one reused buffer, in
+    as few chunks of at most LARGE_W elements as there can be, each of whole groups of
+    four column blocks of `block` rows (its view of the (max, sum) pairs then starts 16
+    bytes aligned, as Triton's compiled variants expect)."""
+    n, k = w.shape
+    chunks = triton.cdiv(n * k, LARGE_W)
+    step = triton.cdiv(triton.cdiv(n, chunks), 4 * block) * 4 * block
+    copy = torch.empty(min(step, n), k, dtype=dtype, device=w.codes.device)
+    for first in range(0, n, step):
+        rows = min(step, n - first)
+        yield dequantize_triton(w.rows(slice(first, first + rows)), dtype,
+                                out=copy[:rows]), first
 
 
 def _launch(x, w: QWeight | torch.Tensor, y, z, blocks: Blocks, lse: bool = False,

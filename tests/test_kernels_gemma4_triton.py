@@ -67,6 +67,21 @@ def test_the_heads_logsumexp_of_softcapped_logits(m):
     assert not torch.allclose(want, qm.qmatmul_logsumexp(x, w), atol=1e-2)
 
 
+def test_the_heads_logsumexp_of_many_rows_multiplies_a_dequantized_copy(monkeypatch):
+    """From LARGE_M rows of fp16 the weight is dequantized and multiplied dense, in
+    chunks (three here, of 1,024, 1,024 and 952 rows: LARGE_W made small): the
+    softcapped logsumexp as on the packed weight's tiles."""
+    monkeypatch.setattr(qmt, "LARGE_W", 1024 * 64)
+    w = random_qweight(3000, 64, 4, 32)
+    x = (torch.randn(qmt.LARGE_M + 44, 64) * 3).half()
+    got = qmt.qmatmul_logsumexp(x, w, softcap=30.0)
+    # both round the weight to fp16 alike: only the sums' order differs
+    close(got, qmt.qmatmul_logsumexp(x, w, softcap=30.0, blocks=(64, 64, 32, 4, 2, 1)))
+    # against fp32 weights: fp16 rounding of each weight, 2^-11 relative at most
+    torch.testing.assert_close(got, qm.qmatmul_logsumexp(x.float(), w, softcap=30.0),
+                               rtol=1e-3, atol=0.0)
+
+
 @pytest.mark.parametrize("table", ["4bit-g32", "dense"])
 def test_per_layer_inputs_from_a_packed_or_dense_table(table):
     t, layers, p, hidden = draw(1, 300), 3, 32, 48

@@ -134,6 +134,20 @@ def test_qmatmul_full_vocabulary_head_and_label_rows(m):
     torch.testing.assert_close(qm.qmatmul_logsumexp(x, w), want, rtol=2e-3, atol=0.01)
 
 
+@pytest.mark.parametrize("m", [300, 640])
+def test_the_e2b_heads_softcapped_logsumexp_of_many_rows(m):
+    """From LARGE_M rows the head's weight (E2B's, Q4_0) is dequantized in chunks (six
+    here) and multiplied dense; 640 rows: the 128 requests of 5 questions."""
+    w = random_qweight(262144, 1536, "4s", 32)
+    x = torch.randn(m, 1536, device=DEV).half()
+    logits = qm.qmatmul(x.float(), w)
+    want = torch.logsumexp(30.0 * torch.tanh(logits / 30.0), -1)
+    del logits
+    # fp16 weight tiles: as on the bf16 head above, a fraction of it
+    torch.testing.assert_close(qm.qmatmul_logsumexp(x, w, softcap=30.0), want, rtol=2e-3,
+                               atol=0.01)
+
+
 ATTENTION = {  # Gemma 3 270M/1B: 4 query heads, 1 KV head, head dim 256, window 512
     # (tree sizes, branchy, window, cached positions)
     "one-2048": ([2048], False, None, 0),  # full layers split long blocks' keys from 2048 rows
