@@ -16,14 +16,10 @@ from .pdl import let_next_launch, wait_for_inputs
 @triton.jit
 def weight_tile(codes_ptr, scale_ptr, offset_ptr, rn, k0, stride_cn, stride_sn,
                  BITS: tl.constexpr, GROUP: tl.constexpr, HAS_OFFSET: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HALF: tl.constexpr = False):
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """[BN, BK] of rows rn, columns k0.. (K contiguous in memory, as stored): dequantized
-    in fp32, or (BITS 16) a dense weight's values in its own dtype. HALF: wanted in fp16;
-    symmetric 4-bit codes with fp16 scales are then dequantized in fp16 (`_half_tile`)."""
-    if BITS == 4 and not HAS_OFFSET and HALF and scale_ptr.dtype.element_ty == tl.float16:
-        w = _half_tile(codes_ptr, scale_ptr, rn, k0, stride_cn, stride_sn, GROUP, BLOCK_N,
-                       BLOCK_K)
-    elif BITS == 16:
+    in fp32, or (BITS 16) a dense weight's values in its own dtype."""
+    if BITS == 16:
         k = k0 + tl.arange(0, BLOCK_K)
         w = tl.load(codes_ptr + rn[:, None] * stride_cn + k[None, :])
     else:
@@ -51,27 +47,6 @@ def weight_tile(codes_ptr, scale_ptr, offset_ptr, rn, k0, stride_cn, stride_sn,
             if HAS_OFFSET:
                 w += tl.load(offset_ptr + g)[:, :, None]
             w = tl.reshape(w, (BLOCK_N, BLOCK_K))
-    return w
-
-
-@triton.jit
-def _half_tile(codes_ptr, scale_ptr, rn, k0, stride_cn, stride_sn, GROUP: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Symmetric 4-bit codes times fp16 scales, in fp16 without an int-to-float convert:
-    a nibble c in the mantissa of 1024.0 (0x6400) is the fp16 1024 + c, and minus 1032
-    it is c - 8, exactly; times the scale it is rounded once, to the value the fp32 path
-    rounds to (the product is exact in fp32)."""
-    kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-    byte = tl.load(codes_ptr + rn[:, None] * stride_cn + kb[None, :])
-    nibble = tl.interleave(byte & 15, byte >> 4).to(tl.uint16)
-    q = (nibble | 0x6400).to(tl.float16, bitcast=True) - tl.full((), 1032.0, tl.float16)
-    if GROUP >= BLOCK_K:
-        w = q * tl.load(scale_ptr + rn * stride_sn + k0 // GROUP)[:, None]
-    else:
-        gk = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
-        scale = tl.load(scale_ptr + rn[:, None] * stride_sn + gk[None, :])
-        w = tl.reshape(tl.reshape(q, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale[:, :, None],
-                       (BLOCK_N, BLOCK_K))
     return w
 
 
@@ -132,8 +107,7 @@ def _qmatmul_kernel(
                     other=0.0)
         # (BITS 16: a dense weight already in x's dtype, dequantized for a large pass)
         w = weight_tile(codes_ptr, scale_ptr, offset_ptr, rn_safe, k0, stride_cn, stride_sn,
-                         BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K,
-                         x.dtype == tl.float16).to(x.dtype)
+                         BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K).to(x.dtype)
         w = tl.trans(w)  # [BK, BN]
         if IEEE:  # fp32 operands: no TF32 rounding on the GPU
             acc = tl.dot(x, w, acc, input_precision="ieee")
@@ -172,8 +146,7 @@ def _dequantize_kernel(codes_ptr, scale_ptr, offset_ptr, w_ptr, N, stride_cn, st
     k0 = tl.program_id(1) * BLOCK_K
     n_ok = rn < N
     w = weight_tile(codes_ptr, scale_ptr, offset_ptr, tl.where(n_ok, rn, 0), k0, stride_cn,
-                     stride_sn, BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K,
-                     w_ptr.dtype.element_ty == tl.float16)
+                     stride_sn, BITS, GROUP, HAS_OFFSET, BLOCK_N, BLOCK_K)
     k = k0 + tl.arange(0, BLOCK_K)
     tl.store(w_ptr + rn[:, None] * stride_wn + k[None, :], w.to(w_ptr.dtype.element_ty),
              mask=n_ok[:, None])

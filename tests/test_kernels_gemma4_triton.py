@@ -121,22 +121,6 @@ def symmetric_qweight(n: int, k: int, group: int = 32) -> "qm.QWeight":
                       group, 4)
 
 
-@pytest.mark.parametrize("group", [32, 128])  # tiles of four groups; a tile in one group
-def test_symmetric_4bit_codes_dequantized_in_fp16_round_as_from_fp32(group):
-    """For fp16 activations the codes become fp16 without an int-to-float convert (the
-    exponent trick of qmatmul_kernels._half_tile): bit for bit the fp32 value rounded,
-    in the dequantize kernel, and the same weight inside the matmul."""
-    from decider.kernels.qmatmul_triton import dequantize_triton
-
-    w = symmetric_qweight(70, 256, group)
-    want = qm.dequantize(w).half()
-    assert torch.equal(dequantize_triton(w, torch.float16), want)
-    x = torch.randn(5, 256).half()
-    # fp16 output: 2^-11 relative
-    torch.testing.assert_close(qmt.qmatmul_triton(x, w).float(), x.float() @ want.float().T,
-                               rtol=1e-3, atol=1e-3)
-
-
 @pytest.mark.parametrize("m", [1, 40])
 def test_symmetric_4bit_weights_with_fp16_scales_match_the_reference(m):
     """(code - 8) * scale, the scale widened from fp16: the matmul (plain, gelu epilogue,

@@ -134,17 +134,6 @@ def test_qmatmul_full_vocabulary_head_and_label_rows(m):
     torch.testing.assert_close(qm.qmatmul_logsumexp(x, w), want, rtol=2e-3, atol=0.01)
 
 
-def test_symmetric_4bit_codes_dequantize_in_fp16_bit_for_bit():
-    """The fp16 path (no int-to-float convert) against the fp32 value rounded, scales
-    down to fp16's subnormals included."""
-    from decider.kernels.qmatmul_triton import dequantize_triton
-
-    w = random_qweight(4096, 1536, "4s", 32)
-    w.scale[:64] = torch.rand(64, 48, device=DEV).half() * 1e-6  # subnormal in fp16
-    assert torch.equal(dequantize_triton(w, torch.float16),
-                       dequantize_triton(w, torch.float32).half())
-
-
 @pytest.mark.parametrize("m", [300, 640])
 def test_the_e2b_heads_softcapped_logsumexp_of_many_rows(m):
     """From LARGE_M rows the head's weight (E2B's, Q4_0) is dequantized in chunks (six
