@@ -162,13 +162,15 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
         out = torch.empty(m, dtype=torch.float32, device=x.device)
     if out.shape != (m,) or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError(f"out must be contiguous fp32 [{m}]")
-    dense = blocks is None and m >= LARGE_M and x.dtype != torch.float32
-    # one K slice: each program's (max, sum of exp) pair needs its tile's whole sums; a
-    # head's few rows stream the whole weight: 128 of its rows a program, two stages
-    # (H200: 67 against 71 us, 16 rows of the 262,144 x 640 8-bit embedding)
+    # (the dense tiles' K tile must divide K: every Gemma's hidden size is a multiple)
+    dense = blocks is None and m >= LARGE_M and x.dtype != torch.float32 \
+        and w.shape[1] % DENSE_BLOCKS[2] == 0
     if dense:
         blocks = DENSE_BLOCKS
     elif blocks is None:
+        # one K slice: each program's (max, sum of exp) pair needs its tile's whole sums;
+        # a head's few rows stream the whole weight: 128 of its rows a program, two
+        # stages (H200: 67 against 71 us, 16 rows of the 262,144 x 640 8-bit embedding)
         bm, bn, bk, warps, stages, _ = built_in(x, w)
         blocks = (bm, 128, bk, warps, 2, 1) if m <= 16 else (bm, bn, bk, warps, stages, 1)
     cols = triton.cdiv(n, blocks[1])
