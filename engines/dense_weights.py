@@ -71,13 +71,15 @@ class DenseWeights:
                     dequantize_triton(w, self.dtype, out=self._buffers[i % 2][name, w.shape])
                 return side.record_event()
 
-        ready = fill(0)
+        # layers that multiply nothing dequantized (a pruned pass's shared layers) take no
+        # fork and join: each would be a graph edge that no kernel can start early across
+        ready = fill(0) if wanted[0] else None
         for i in range(len(wanted)):
-            # at the last layer this also joins the side stream, which has no work after
-            # it (a CUDA graph's capture must end with every forked stream joined)
-            main.wait_event(ready)
-            if i + 1 < len(wanted):
-                ready = fill(i + 1)
+            # the last fill's wait also joins the side stream, which has no work after it
+            # (a CUDA graph's capture must end with every forked stream joined)
+            if ready is not None:
+                main.wait_event(ready)
+            ready = fill(i + 1) if i + 1 < len(wanted) and wanted[i + 1] else None
             yield {name: self._buffers[i % 2][name, w.shape] for name, w in wanted[i].items()}
 
 

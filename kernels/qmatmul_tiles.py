@@ -67,12 +67,16 @@ def choose(m: int, n: int, k: int, group: int, bits: int, itemsize: int = 2) -> 
     (itemsize 4) take K tiles of at most 64, which keeps their pipelined tiles within the
     shared memory. Up to 16 rows of a weight of 1,024 rows or more, N tiles of 64 for a
     wide or large weight (E2B's shared `down` at 16 rows: 17.9 against 20.5 us at 32),
-    K slices until the programs fill the GPU, and 17-128 rows of a large weight
+    K slices until the programs fill the GPU; of fewer than 1,024 rows, N tiles of 32
+    and K tiles of 64 sliced likewise (E2B's per-layer input gate, 256 x 1,536, at 16
+    rows: 11.1 us in 4 programs, 4.8 in 64); and 17-128 rows of a large weight
     `_big_weight`'s tiles (the sweep of Gemma 4 E2B's KV-shared layers)."""
     fits = k_tiles(k, group)
     if m <= 16:  # decode-like: weight-bandwidth bound
-        if n < 1024:  # a head's label rows
-            return 16, 64, fits[0], 4, 3, 1
+        if n < 1024:  # a head's label rows, E2B's per-layer input gate: K slices
+            bk = ([b for b in fits if b <= 64] or fits)[0]
+            bn = 16 if n <= 16 else 32
+            return 16, bn, bk, 4, 3, _split(triton.cdiv(n, bn), k, bk)
         bn = 64 if n >= 4096 or n * k >= BIG_W else 32
         return 16, bn, fits[0], 4, 3, _split(triton.cdiv(n, bn), k, fits[0])
     if m <= 128 and BIG_W <= n * k and n < HEAD_N and itemsize <= 2:
