@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from . import arrivals
+from .attention_tiles import choose
 from .pdl import launch_options, let_next_launch, wait_for_inputs
 
 LOG2E = 1.4426950408889634
@@ -248,7 +249,7 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
     block_d = max(16, triton.next_power_of_2(d))
     n_rows = tq * (hq // hkv)
     full = window is None and cache is None
-    blocks = blocks or _blocks(n_rows, block_d, q.dtype, full)
+    blocks = blocks or choose(n_rows, block_d, q.dtype, full)
     block_m, block_n, warps, stages = blocks[:4]
     splits, min_per = blocks[4:] or (1, 1)
     n_blocks = triton.cdiv(n_rows, block_m)
@@ -271,39 +272,3 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torc
         **launch_options(q),
     )
     return out
-
-
-def _blocks(rows: int, block_d: int, dtype: torch.dtype, full: bool
-            ) -> tuple[int, int, int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, warps, stages, splits, min_per) for a pass of `rows` query rows, from the
-    H200 sweeps of scripts/bench_kernels.py (head dim 256, 4 query heads a KV head, fp16):
-    16-row query blocks up to 2048 rows (512 tokens: programs enough to fill the GPU), against
-    128-key blocks up to 1024 rows (one causal sequence of 256 tokens 9.2 -> 8.4 us, of 128 5.9
-    -> 5.8), 64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps against
-    64-key blocks, which read each key block for twice the queries (on one causal sequence of
-    4096-8192 tokens 16-24% less time than the best 64-row tile, 8-10% less on sliding layers;
-    docs/benchmarks.md). Full attention over the pass's own keys (one long causal sequence: the
-    last query blocks read every key) splits a long block's keys from 2048 to 16384 rows: one
-    causal sequence of 1000 tokens 42.5 -> 24.4 us, of 2000 61.2 -> 38.7, of 4000 137.8 -> 98.3.
-    fp32 tiles are twice the bytes: half the keys, eight warps and two stages keep them in
-    registers and shared memory. Head dim 512 (Gemma 4's full layers): no key splits, on 8
-    warps, 16-row blocks against 64 keys up to 2048 rows (one pass of 256 tokens, 8 query
-    heads: 21.9 -> 14.5 us) and 64 rows against 32 keys past them (128 x 230 tokens 779.6
-    -> 475.3 us: the E2B sweep), within the shared memory; in fp32 16 x 16 tiles."""
-    if block_d > 256:
-        if dtype == torch.float32:
-            return 16, 16, 8, 1, 1, 1
-        return (16, 64, 8, 2, 1, 1) if rows <= 2048 else (64, 32, 8, 2, 1, 1)
-    if dtype == torch.float32 and block_d > 128:
-        return (16 if rows <= 1024 else 32 if rows <= 4096 else 64), 32, 8, 2, 1, 1
-    if rows <= 1024:  # up to 256 tokens: all of a 128-token pass's keys in one block
-        return 16, 128, 4, 2, 1, 1
-    if rows <= 2048:
-        return 16, 64, 4, 3, 1, 1
-    if full and rows <= 4096:
-        return 64, 32, 4, 3, 3, 8
-    if full and rows <= 8192:
-        return 64, 64, 4, 2, 2, 16
-    if rows <= 8192:
-        return 64, 32, 4, 3, 1, 1
-    return 128, 64, 8, 2, (2 if full and rows <= 16384 else 1), 8

@@ -89,6 +89,8 @@ def compile_some(jobs: list) -> int:
                 kv = torch.randn(64, 1, d, device=DEV, dtype=DTYPE)
                 lo = torch.zeros(64, device=DEV, dtype=torch.int32)
                 att.attention_triton(q, kv, kv, lo, lo + 64, 0.1, blocks=tile)
+                rows = torch.arange(48, 64, device=DEV, dtype=torch.int32)  # few queries
+                att.attention_triton(q[48:], kv, kv, lo, lo + 64, 0.1, blocks=tile, rows=rows)
             done += 1
         except Exception:  # noqa: BLE001 - out of shared memory or registers
             pass
@@ -168,32 +170,37 @@ def bench_head() -> None:
 def bench_attention(shape: str, tokens: dict, windows: tuple, candidates: list, splits: list
                     ) -> None:
     """One KV head and its query heads (ATT_SHAPES[shape]) on each of `tokens`' passes,
-    with each of `windows`, over `candidates` (full attention, None: `splits` too)."""
+    (sequences, each[, the last n tokens alone as queries]) with each of `windows`, over
+    `candidates` (full attention or few queries: `splits` too)."""
     hq, d = ATT_SHAPES[shape]
     print(f"attention {hq}q/1kv d{d}: per-call us in a graph")
     hkv, scale = 1, d ** -0.5
-    for label, (seqs, each) in tokens.items():
+    for label, (seqs, each, *few) in tokens.items():
         t = seqs * each
         q = torch.randn(t, hq, d, device=DEV, dtype=DTYPE)
         k, v = (torch.randn(t, hkv, d, device=DEV, dtype=DTYPE) for _ in "kv")
-        out = torch.empty_like(q)
         i = torch.arange(t, device=DEV, dtype=torch.int32)
         start = i - i % each  # packed chains of `each` tokens
         end = start + each
         # SDPA sees [B, H, L, D] with K/V repeated to the query heads (outside the timing)
         qb, kb, vb = (x.view(seqs, each, -1, d).transpose(1, 2) for x in (q, k, v))
         kb, vb = (x.repeat_interleave(hq // hkv, 1) for x in (kb, vb))
+        rows, causal = (i[t - few[0]:], None) if few else (None, {"is_causal": True})
+        if few:  # the last queries alone: a causal mask aligned to the keys' end
+            q, qb = q[rows], qb[:, :, rows]
+            causal = {"attn_mask": rows[:, None] >= i[None, :]}
         sdpa = graph_ms([lambda: F.scaled_dot_product_attention(
-            qb, kb, vb, is_causal=True, scale=scale)] * 20) * 1e3
+            qb, kb, vb, scale=scale, **causal)] * 20) * 1e3
+        out = torch.empty_like(q)
         for window in windows:
             lo = start if window is None else torch.maximum(start, i - window + 1)
 
             def calls(tile, lo=lo, window=window):
-                return [lambda: att.attention_triton(
-                    q, k, v, lo, end, scale, window=window, out=out, blocks=tile)] * 20
+                return [lambda: att.attention_triton(q, k, v, lo, end, scale, window=window,
+                                                     out=out, blocks=tile, rows=rows)] * 20
 
             builtin = graph_ms(calls(None)) * 1e3
-            ranked, best = rank(calls, candidates + (splits if window is None else []))
+            ranked, best = rank(calls, candidates + (splits if window is None or few else []))
             print(f"{label:>8} window {str(window):4}: built-in {builtin:.1f}, best "
                   f"{ranked[0][0]:.1f}, SDPA causal {sdpa:.1f}  {best}", flush=True)
 

@@ -37,13 +37,20 @@ TOKENS = {"128": (1, 128), "512": (1, 512), "1024": (1, 1024), "2048": (1, 2048)
           "4096": (1, 4096), "8192": (1, 8192), "128x256": (128, 256)}
 # query heads a KV head and head dim: the 270M's; Gemma 4 E2B's sliding and full layers
 ATT_SHAPES = {"4x256": (4, 256), "8x256": (8, 256), "8x512": (8, 512)}
-E2B_TOKENS = {"256": (1, 256), "128x230": (128, 230)}  # one request's graph; the batch
-# part: (shape, passes, windows, tiles, split tiles for full attention); head dim 512
-# takes no key splits and no tile past 64 (shared memory)
+# one request's graph; the batch; a KV-shared layer's queries, the last 16 tokens of one
+# request (sequences, each[, query tokens])
+E2B_TOKENS = {"256": (1, 256), "128x230": (128, 230), "16 of 230": (1, 230, 16)}
+# few queries against a pass's keys: 16-128 rows, keys split 2-8 ways
+ROWS_SPLIT_TILES = [(bm, bn, w, st, sp, 1) for bm, bn, w, st, sp in itertools.product(
+    (16, 32, 64), (16, 32, 64), (4, 8), (1, 2, 3), (2, 4, 8))]
+# part: (shape, passes, windows, tiles, split tiles for full attention and for few query
+# tokens); head dim 512 takes no tile past 64 (shared memory)
 ATT_PARTS = {"attention": ("4x256", TOKENS, (None, WINDOW), ATT_TILES, ATT_SPLIT_TILES),
-             "attention-e2b-sliding": ("8x256", E2B_TOKENS, (WINDOW,), ATT_TILES, []),
+             "attention-e2b-sliding": ("8x256", E2B_TOKENS, (WINDOW,), ATT_TILES,
+                                       ROWS_SPLIT_TILES),
              "attention-e2b-full": ("8x512", E2B_TOKENS, (None,),
-                                    [t for t in ATT_TILES if max(t[:2]) <= 64], [])}
+                                    [t for t in ATT_TILES if max(t[:2]) <= 64],
+                                    [t for t in ROWS_SPLIT_TILES if t[0] <= 32])}
 # fused norms and RoPE: token rows per program, warps; pass sizes
 FUSED_TILES = list(itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)))
 FUSED_TOKENS = (128, 512, 2048, 8192)

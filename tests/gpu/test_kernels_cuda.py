@@ -58,9 +58,10 @@ def random_qweight(n: int, k: int, bits: int | str, group: int) -> qm.QWeight:
 QUANTS = {"q4-g32": (4, 32), "q4_0-g32": ("4s", 32), "q8-g32": (8, 32), "q6k-g16": (8, 16)}
 # (K, N): 270M q/gate-up/down (hidden 640, q 4x256, ffn 2048), 1B q/gate-up/down
 # (hidden 1152, ffn 6912), Gemma 4 E2B's KV-shared layers' o/gate-up/down (q 8x256,
-# the double-wide MLP of 2 x 12288: the tiles of weights of 2^24 elements or more)
+# the double-wide MLP of 2 x 12288: the tiles of weights of 2^24 elements or more) and
+# per-layer input gate and projection (K slices of a narrow weight)
 SHAPES = [(640, 1024), (640, 2048), (2048, 640), (1152, 1024), (1152, 6912), (6912, 1152),
-          (2048, 1536), (1536, 24576), (12288, 1536)]
+          (2048, 1536), (1536, 24576), (12288, 1536), (1536, 256), (256, 1536)]
 
 
 DTYPES = [torch.float16, torch.bfloat16]  # the engine's default on CUDA, and the option
@@ -129,6 +130,8 @@ def test_qmatmul_full_vocabulary_head_and_label_rows(m):
     index = torch.randint(0, 262144, (37,), device=DEV, dtype=torch.int32)
     close(qmatmul_triton(x, w.rows(index)), qm.qmatmul(x.float(), w.rows(index)))
     close(qmatmul_triton(x, w, rows=index), qm.qmatmul(x.float(), w.rows(index)))
+    few = index[:10]  # one N tile of 16, its K in slices
+    close(qmatmul_triton(x, w, rows=few), qm.qmatmul(x.float(), w.rows(few)))
     want = torch.logsumexp(qm.qmatmul(x.float(), w), -1)
     # bf16 weight tiles in the dot: 7e-4 relative measured on logsumexps of about 120
     torch.testing.assert_close(qm.qmatmul_logsumexp(x, w), want, rtol=2e-3, atol=0.01)
@@ -209,6 +212,19 @@ def test_attention_on_gemma4_full_layers(case, dtype):
     args, kwargs = forest_inputs(sizes, branchy, 8, 1, 512, None, cached, DEV, dtype)
     got = attention_triton(*args, 512 ** -0.5, **kwargs)
     close(got, attend(*fp32_cpu(args), 512 ** -0.5, **fp32_cpu(kwargs)))
+
+
+@pytest.mark.parametrize("window", [None, 512])
+def test_attention_of_a_shared_layers_few_queries(window):
+    """A KV-shared layer of E2B in one request's graph: 16 query tokens of a 230-token pass
+    (full layers split their keys 8 ways)."""
+    d = 512 if window is None else 256
+    args, kwargs = forest_inputs([230], False, 8, 1, d, window, 0, DEV, torch.float16)
+    q, k, v, lo, end = args
+    rows = torch.arange(214, 230, device=DEV, dtype=torch.int32)
+    got = attention_triton(q[rows.long()], k, v, lo, end, 1.0, rows=rows, **kwargs)
+    want = attend(*fp32_cpu(args), 1.0, **fp32_cpu(kwargs))[rows.long().cpu()]
+    close(got, want)
 
 
 def test_attention_head_dim_64_gqa_1():
