@@ -228,7 +228,7 @@ def make_tiny(source: Path, out: Path) -> Path:
 def start_daemon(model: str, tmp: Path, *flags: str) -> tuple[subprocess.Popen, str]:
     """`decider serve --model MODEL` on a unix socket in tmp, once it is SERVING."""
     address = f"unix://{tmp}/soak.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "decider.cli", "serve", "--model", model,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "decider.cli", "serve", "--model", model,
                              "--listen", address, *flags],
                             stdout=(tmp / "daemon.log").open("w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from decider.catalog import Catalog
+from helpers.daemon import DECIDER
 from helpers.seeds import RUN_SEED, seeded
 
 # Without CUDA the Triton kernels' tests run in the interpreter (tests/helpers/interpreted.py),
@@ -98,7 +98,7 @@ def run_cli(model_path):
 
     def run(*args: str, stdin: bytes | None = None, env: dict | None = None):
         return subprocess.run(
-            [sys.executable, "-m", "decider.cli", *args],
+            [*DECIDER, *args],
             input=stdin if stdin is not None else b"",
             capture_output=True,
             env={**os.environ, **(env or {})},

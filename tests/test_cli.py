@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from decider import Choice, Label, MultiLabel, Scale, YesNo
+from helpers.daemon import DECIDER
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "decision.schema.json").read_text())
 TEXT = "I was charged twice for my order, please refund me."
@@ -306,7 +307,7 @@ def without_a_model(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     assemble the embedded model into it."""
     cache = tmp_path / "empty-cache"
     cache.mkdir()
-    out = subprocess.run([sys.executable, "-m", "decider.cli", *args], capture_output=True,
+    out = subprocess.run([*DECIDER, *args], capture_output=True,
                          timeout=60, env={**os.environ, "DECIDER_CACHE_DIR": str(cache)})
     assert not list(cache.iterdir()), "a model was loaded"
     return out

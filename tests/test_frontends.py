@@ -8,11 +8,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from helpers.daemon import alive, free_port, health_status, spawn
+from helpers.daemon import DECIDER, alive, free_port, health_status, spawn
 
 from decider import YesNo
 from decider.client import DeciderClient
@@ -69,8 +68,8 @@ def test_a_front_end_process_that_dies_ends_the_service_for_systemd_to_restart(d
 
 def test_front_end_processes_need_tcp_listeners(tmp_path):
     """A unix socket cannot be shared: refused before any model loads, naming the key."""
-    out = subprocess.run([sys.executable, "-m", "decider.cli", "serve", "--listen",
-                          f"unix://{tmp_path}/d.sock", "--frontends", "2"],
+    out = subprocess.run([*DECIDER, "serve", "--listen", f"unix://{tmp_path}/d.sock",
+                          "--frontends", "2"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "server.frontends 2 needs TCP listeners" in out.stderr

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.daemon import spawn
+from helpers.daemon import DECIDER, spawn
 
 from decider import YesNo
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
@@ -172,7 +172,7 @@ def test_a_bad_config_exits_non_zero_before_ready(tmp_path, model_path, config, 
     notify = NotifySocket(tmp_path / "notify")
     (tmp_path / "bad.toml").write_text(config)
     proc = subprocess.run(
-        [sys.executable, "-m", "decider.cli", "serve", "--config", str(tmp_path / "bad.toml")],
+        [*DECIDER, "serve", "--config", str(tmp_path / "bad.toml")],
         capture_output=True, timeout=120,
         env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
     assert proc.returncode == 2

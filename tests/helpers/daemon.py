@@ -19,6 +19,10 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
+# `decider` as a process: -P keeps the checkout's directory off sys.path, where its
+# kernels/ would shadow the `kernels` package that transformers imports
+DECIDER = (sys.executable, "-P", "-m", "decider.cli")
+
 
 @dataclass
 class Daemon:
@@ -130,7 +134,7 @@ def spawn(tmp: Path, *flags: str, address: str | None = None, wait: bool = True,
     env = {**os.environ, "DECIDER_FAULT_FILE": str(fault), "PYTHONUNBUFFERED": "1",
            **(env or {})}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "decider.cli", "serve", "--listen", address, *flags],
+        [*DECIDER, "serve", "--listen", address, *flags],
         stdout=log_file.open("w"), stderr=subprocess.STDOUT, env=env)
     daemon = Daemon(proc, address, fault, log_file)
     if wait:
