@@ -185,8 +185,9 @@ def bench_attention(shape: str, tokens: dict, windows: tuple, candidates: list, 
         # SDPA sees [B, H, L, D] with K/V repeated to the query heads (outside the timing)
         qb, kb, vb = (x.view(seqs, each, -1, d).transpose(1, 2) for x in (q, k, v))
         kb, vb = (x.repeat_interleave(hq // hkv, 1) for x in (kb, vb))
-        rows, causal = (i[t - few[0]:], None) if few else (None, {"is_causal": True})
+        rows, causal = None, {"is_causal": True}
         if few:  # the last queries alone: a causal mask aligned to the keys' end
+            rows = i[t - few[0]:]
             q, qb = q[rows], qb[:, :, rows]
             causal = {"attn_mask": rows[:, None] >= i[None, :]}
         sdpa = graph_ms([lambda: F.scaled_dot_product_attention(
