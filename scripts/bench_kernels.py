@@ -11,15 +11,14 @@ also with gelu*up in the epilogue); head-e2b: the full-vocabulary logsumexp; att
 one KV head and its query heads (the 270M's; E2B's sliding and full layers) on causal
 passes, against SDPA on equal-length sequences; fused: norms and RoPE; dequantize: GB/s
 a weight; dense: past LARGE_M rows on the dequantized weight, cuBLAS against the Triton
-tiles. Tiles compile in parallel processes first; no network.
+tiles. Tiles compile in parallel processes first; no network. decider must import
+(installed, or laid out by scripts/layout_package.sh).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -29,21 +28,13 @@ from bench_shapes import (ALL_LINEARS, ATT_PARTS, ATT_SHAPES, DENSE_LINEARS, DEN
                           HEAD_TILES, HIDDEN, LINEARS, Q, QMATMUL_PARTS, TILES, fits, forms)
 from graph_timing import graph_ms, rank, tile_us
 
-KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+from decider.kernels import attention_triton as att
+from decider.kernels import fused as fu
+from decider.kernels import fused_triton as fut
+from decider.kernels import qmatmul as qm
+from decider.kernels import qmatmul_tiles as tiles
+from decider.kernels import qmatmul_triton as qmt
 
-
-def load_kernels():
-    """kernels/ as a private package (it uses relative imports)."""
-    spec = importlib.util.spec_from_file_location(
-        "_bench_kernels", KERNELS / "__init__.py", submodule_search_locations=[str(KERNELS)])
-    sys.modules["_bench_kernels"] = pkg = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pkg)
-    return [importlib.import_module(f"_bench_kernels.{name}") for name in (
-        "qmatmul", "qmatmul_triton", "attention_triton", "fused", "fused_triton",
-        "qmatmul_tiles")]
-
-
-qm, qmt, att, fu, fut, tiles = load_kernels()
 DENSE_BLOCKS = tiles.DENSE_BLOCKS
 DEV = "cuda"
 DTYPE = torch.float16  # the engine's activations on CUDA

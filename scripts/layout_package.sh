@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The package laid out for import without installing, as setuptools' package-dir maps
-# it: decider/, with engines/ and kernels/ inside; scripts/, tests/ and kernels/ beside
-# it (the scripts and tests find them there).
+# it: decider/, with engines/ and kernels/ inside; scripts/ and tests/ beside it. No
+# kernels/ beside it: a directory of that name first on sys.path would shadow the
+# `kernels` package that transformers imports.
 #
 #   bash scripts/layout_package.sh SRC DEST       # a checkout's files
 #   bash scripts/layout_package.sh --rev REV OUT.tgz  # a commit's, as a tarball to carry
@@ -19,4 +20,4 @@ src=$1 dest=$2
 rm -rf "$dest" && mkdir -p "$dest"
 cp -r "$src/decider" "$dest/" && cp -r "$src/engines" "$dest/decider/engines"
 cp -r "$src/kernels" "$dest/decider/kernels"
-cp -r "$src/tests" "$src/scripts" "$src/kernels" "$dest/"
+cp -r "$src/tests" "$src/scripts" "$dest/"
