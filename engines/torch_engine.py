@@ -33,7 +33,8 @@ from .faults import begin_pass
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
 from .layers import activation_dtype
-from .passes import Pass, Plan, plan, tree_size
+from .passes import Plan, plan, tree_size
+from .staging import Staging, aligned
 from .vocab import Vocab
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
@@ -41,7 +42,6 @@ SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -
 # (each weight dequantized once); several jobs share passes of the largest captured graph
 N_BATCH = {"cuda": 32768, "cpu": 512}
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
-ALIGN = 16  # 4-byte values: 64 bytes
 
 
 class TorchEngine:
@@ -72,7 +72,7 @@ class TorchEngine:
             self.model = model_cls(gg, self.dtype, n_ctx).to(self.device).eval()
             self.cache = KVCache(self.model.kv_layout(), n_ctx, cfg.window, self.dtype,
                                  self.device)
-            self._staging = _Staging(self.device)
+            self._staging = Staging(self.device)
             # one call's label-row logits, then its logsumexps: one buffer, one copy back
             self._out = torch.empty(0, device=self.device)
             self._graphs = None
@@ -228,56 +228,9 @@ class TorchEngine:
                              out=self._out[at:at + len(roots)])
 
 
-def _aligned(n: int) -> int:
-    """n rounded up to a multiple of ALIGN: where a call's next region of a buffer begins,
-    so that every view a kernel gets starts 64-byte aligned. Triton compiles a kernel
-    anew for each alignment class of its pointers; unaligned views would make it compile
-    on requests, after the warm-up."""
-    return -(-n // ALIGN) * ALIGN
-
-
 def _lse_offset(layout: Plan) -> int:
     """Where a call's logsumexps begin in its output buffer: after its logits, aligned."""
-    return _aligned(layout.n_logits)
-
-
-class _Staging:
-    """A pinned host buffer and a device buffer for a call's int32 arrays. Each array
-    goes up by its own asynchronous copy, to its own aligned region: nothing in flight is
-    overwritten within a call, and each call ends reading its results back, so none is
-    in flight when the next begins."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.host = torch.empty(0, dtype=torch.int32)
-        self.dev = torch.empty(0, dtype=torch.int32, device=device)
-        self.at = 0
-
-    def begin(self, n: int, regions: int) -> None:
-        """Room for n int32 values this call, put in `regions` arrays (each starts aligned)."""
-        n += ALIGN * regions
-        if self.host.numel() < n:
-            size = max(n, 2 * self.host.numel())
-            self.host = torch.empty(size, dtype=torch.int32,
-                                    pin_memory=self.device.type == "cuda")
-            self.dev = torch.empty(size, dtype=torch.int32, device=self.device)
-        self.at = 0
-
-    def put(self, a: np.ndarray) -> torch.Tensor:
-        """a on the device (a view of the device buffer, shaped as a)."""
-        self.host.numpy()[self.at:self.at + a.size] = a.ravel()
-        return self._send(a.size).view(a.shape)
-
-    def put_pass(self, p: Pass) -> torch.Tensor:
-        """The pass packed straight into the host buffer, then on the device."""
-        return self._send(len(p.pack(out=self.host.numpy()[self.at:])))
-
-    def _send(self, n: int) -> torch.Tensor:
-        """The next n staged values, copied up."""
-        at = self.at
-        self.dev[at:at + n].copy_(self.host[at:at + n], non_blocking=True)
-        self.at = _aligned(at + n)
-        return self.dev[at:at + n]
+    return aligned(layout.n_logits)
 
 
 def _head_indices(layout: Plan, stride: int = 0) -> tuple[list[int], list[int], list[int]]:
