@@ -11,6 +11,14 @@ import pytest
 from helpers.daemon import DECIDER
 
 
+def tiny_shape(monkeypatch, vocab: int) -> None:
+    """A made-up two-layer shape "tiny" for `decider bench --shape`, of `vocab` tokens."""
+    from decider.engines.random_gguf import SHAPES
+
+    monkeypatch.setitem(SHAPES, "tiny", dict(layers=2, hidden=256, heads=2, kv_heads=1,
+                                             head_dim=128, ffn=256, vocab=vocab, window=16))
+
+
 @pytest.mark.parametrize("engines,tokenizer", [("triton,reference", False), ("triton,llama", True)])
 def test_bench_shape_gives_random_weights_a_tokenizer_only_for_llama(monkeypatch, engines,
                                                                      tokenizer):
@@ -22,10 +30,8 @@ def test_bench_shape_gives_random_weights_a_tokenizer_only_for_llama(monkeypatch
     import gguf
 
     from decider.commands.bench import bench_model_path
-    from decider.engines.random_gguf import SHAPES
 
-    monkeypatch.setitem(SHAPES, "tiny", dict(layers=2, hidden=256, heads=2, kv_heads=1,
-                                             head_dim=128, ffn=256, vocab=262144, window=16))
+    tiny_shape(monkeypatch, vocab=262144)
     path = bench_model_path(argparse.Namespace(model=None, shape="tiny", engines=engines))
     fields = gguf.GGUFReader(path).fields
     assert ("tokenizer.ggml.model" in fields) is tokenizer
@@ -36,10 +42,8 @@ def test_bench_engines_times_the_prompt_lengths_asked_for(monkeypatch, capsys):
     """`decider bench --engines --shape --prompt-tokens`: one row per length, then the
     batch row, for each engine (here the torch engine on the CPU, in its own process)."""
     from decider.cli import main
-    from decider.engines.random_gguf import SHAPES
 
-    monkeypatch.setitem(SHAPES, "tiny", dict(layers=2, hidden=256, heads=2, kv_heads=1,
-                                             head_dim=128, ffn=256, vocab=1024, window=16))
+    tiny_shape(monkeypatch, vocab=1024)
     assert main(["bench", "--engines", "triton", "--shape", "tiny", "--prompt-tokens",
                  "40,90", "--repeat", "1", "--n-ctx", "512"]) == 0
     rows = {line.rsplit(None, 1)[0]: float(line.rsplit(None, 1)[1])
