@@ -49,13 +49,12 @@ def add_rms_norm(x: torch.Tensor, y: torch.Tensor, w_y: torch.Tensor,
 
 def rope_tables(n: int, dim: int, base: float, scale: float = 1.0,
                 rotated: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin fp32 [n, dim / 2] of rotate-half RoPE at positions 0..n-1 (linear scaling).
-    rotated: only the first that many frequency pairs turn (Gemma 4's "proportional"
-    RoPE: the frequencies of the whole head, the rest at angle 0)."""
+    """cos, sin fp32 [n, pairs] of rotate-half RoPE at positions 0..n-1 (linear scaling),
+    pairs = dim / 2. rotated: only the first that many frequency pairs turn (Gemma 4's
+    "proportional" RoPE: the frequencies of the whole head, the rest at angle 0), and
+    the tables hold those alone (pairs = rotated): the rest would be ones and zeros."""
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)) / scale
-    if rotated is not None:
-        inv_freq[rotated:] = 0.0
-    angles = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq[None]
+    angles = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq[None, :rotated]
     return angles.cos(), angles.sin()
 
 
@@ -64,8 +63,9 @@ def qk_norm_rope_(x: torch.Tensor, n_q: int, w_q: torch.Tensor, w_k: torch.Tenso
                   n_v: int = 0) -> None:
     """In place on x [T, H, D] (the heads of a fused QKV output): heads below n_q normed
     by w_q, the next ones up to H - n_v by w_k, those rotated by RoPE at positions pos [T]
-    from the tables [n, D / 2]; the last n_v heads (Gemma 4's v) normed without a weight
-    and not rotated. Heads past what the caller passes are left alone."""
+    from the tables [n, P] (`rope_tables`: the first P <= D / 2 frequency pairs turn,
+    the others stay); the last n_v heads (Gemma 4's v) normed without a weight and not
+    rotated. Heads past what the caller passes are left alone."""
     if (k := _triton(x)) is not None:
         return k.qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps, n_v)
     xf = x.float()
@@ -73,7 +73,11 @@ def qk_norm_rope_(x: torch.Tensor, n_q: int, w_q: torch.Tensor, w_k: torch.Tenso
     w = torch.cat([w_q.expand(n_q, -1), w_k.expand(h - n_q - n_v, -1),
                    torch.ones_like(w_k).expand(n_v, -1)])
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w
-    c, s = cos[pos][:, None], sin[pos][:, None]  # [T, 1, D / 2]
+    still = x.shape[2] // 2 - cos.shape[1]  # pairs at angle 0
+    if still < 0:
+        raise ValueError(f"RoPE tables of {cos.shape[1]} pairs for heads of {x.shape[2]}")
+    c = F.pad(cos[pos][:, None], (0, still), value=1.0)  # [T, 1, D / 2]
+    s = F.pad(sin[pos][:, None], (0, still), value=0.0)
     x1, x2 = xf[:, :h - n_v].chunk(2, -1)
     x[:, :h - n_v] = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
     x[:, h - n_v:] = xf[:, h - n_v:]

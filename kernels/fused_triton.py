@@ -60,10 +60,11 @@ def _add_rms_norm_kernel(x_ptr, y_ptr, wy_ptr, wn_ptr, s_ptr, xo_ptr, h_ptr, T, 
 
 @triton.jit
 def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, T, NQ, NR,
-                         stride_t, stride_h, eps, HALF: tl.constexpr, ROWS: tl.constexpr,
-                         PDL: tl.constexpr):
+                         stride_t, stride_h, eps, HALF: tl.constexpr, TURN: tl.constexpr,
+                         ROWS: tl.constexpr, PDL: tl.constexpr):
     """One head (program axis 1) of ROWS tokens: the head's halves as [R, D / 2] tiles.
-    Heads from NR on (Gemma 4's v) are normed without a weight and not rotated."""
+    The first TURN frequency pairs turn (the tables' width), the rest stay. Heads from NR
+    on (Gemma 4's v) are normed without a weight and not rotated."""
     wait_for_inputs(PDL)
     t = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]  # [R, 1]
     head = tl.program_id(1)
@@ -80,8 +81,8 @@ def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, T, NQ
     r = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1))[:, None] / (2 * HALF) + eps)
     x1, x2 = x1 * r * w1, x2 * r * w2
     p = tl.load(pos_ptr + t, mask=t < T, other=0)
-    cs = tl.where(rotate, tl.load(cos_ptr + p * HALF + c), 1.0)
-    sn = tl.where(rotate, tl.load(sin_ptr + p * HALF + c), 0.0)
+    cs = tl.where(rotate, tl.load(cos_ptr + p * TURN + c, mask=c < TURN, other=1.0), 1.0)
+    sn = tl.where(rotate, tl.load(sin_ptr + p * TURN + c, mask=c < TURN, other=0.0), 0.0)
     let_next_launch(PDL)
     ty = x_ptr.dtype.element_ty
     tl.store(base + c, (x1 * cs - x2 * sn).to(ty), mask=mask)
@@ -204,16 +205,16 @@ def qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps, n_v=0, *,
         raise ValueError(f"{n_v} v heads do not fit {heads} heads after {n_q} q heads")
     _weight(w_q, d, "w_q")
     _weight(w_k, d, "w_k")
-    if cos.shape != sin.shape or cos.shape[1:] != (d // 2,) or cos.dtype != torch.float32 \
-            or not (cos.is_contiguous() and sin.is_contiguous()):
-        raise ValueError(f"cos and sin must be contiguous fp32 [n, {d // 2}]")
+    if cos.shape != sin.shape or cos.dim() != 2 or not 0 < cos.shape[1] <= d // 2 \
+            or cos.dtype != torch.float32 or not (cos.is_contiguous() and sin.is_contiguous()):
+        raise ValueError(f"cos and sin must be contiguous fp32 [n, P], 0 < P <= {d // 2}")
     if pos.shape != (t,) or pos.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"pos must be integer [{t}]")
     if t and heads:
         rows, warps = tile or _tile(t, "rope")
         _qk_norm_rope_kernel[(triton.cdiv(t, rows), heads)](
             x, w_q, w_k, pos, cos, sin, t, n_q, heads - n_v, x.stride(0), x.stride(1), eps,
-            HALF=d // 2, ROWS=rows, num_warps=warps, **launch_options(x))
+            HALF=d // 2, TURN=cos.shape[1], ROWS=rows, num_warps=warps, **launch_options(x))
 
 
 def gelu_mul(gu: torch.Tensor) -> torch.Tensor:

@@ -145,9 +145,8 @@ def test_full_rope_on_full_layers_is_caught(tiny):
     engine = load_engine("triton", tiny[1], 256, device="cpu")
     cfg = engine.model.cfg
     assert cfg.rotated == cfg.head_dims[1] // 8  # a quarter of the pairs turn
-    cos, sin = rope_tables(256, cfg.head_dims[1], cfg.rope_global)
-    engine.model.cos_global.copy_(cos)
-    engine.model.sin_global.copy_(sin)
+    engine.model.cos_global, engine.model.sin_global = rope_tables(256, cfg.head_dims[1],
+                                                                   cfg.rope_global)
     assert_moved(engine, tiny)
 
 

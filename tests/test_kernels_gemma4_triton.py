@@ -46,8 +46,32 @@ def test_q_k_norm_rope_and_the_weightless_v_norm(rotated):
     close(heads, want)
     v = heads[:, hq + hkv:]
     close(v.pow(2).mean(-1), torch.ones(t, hkv))  # unit RMS, no weight, no rotation
-    if rotated is not None:
-        assert torch.equal(cos[:, rotated:], torch.ones(40, d // 2 - rotated))
+    assert cos.shape == sin.shape == (40, rotated or d // 2)  # the pairs that turn alone
+
+
+def test_pairs_past_the_tables_stay_as_at_angle_zero():
+    """Tables of the first 4 of 16 pairs rotate as whole-head tables whose other pairs
+    are at angle 0 (cos 1, sin 0)."""
+    t, d = draw(1, 7), 32
+    heads = torch.randn(t, 6, d)
+    wq, wk = torch.randn(d), torch.randn(d)
+    pos = torch.randint(1, 40, (t,))
+    cos, sin = fused.rope_tables(40, d, 1e6, rotated=4)
+    whole = (torch.cat([cos, torch.ones(40, 12)], 1), torch.cat([sin, torch.zeros(40, 12)], 1))
+    still = (torch.ones(40, 16), torch.zeros(40, 16))
+    for rope in (fused.qk_norm_rope_, fused_triton.qk_norm_rope_):
+        got, want, unturned = heads.clone(), heads.clone(), heads.clone()
+        rope(got, 4, wq, wk, pos, cos, sin, 1e-6)
+        rope(want, 4, wq, wk, pos, *whole, 1e-6)
+        rope(unturned, 4, wq, wk, pos, *still, 1e-6)
+        close(got, want)
+        # pair i is dims i and 16 + i: 0-3 and 16-19 turn, the others stay
+        assert not torch.allclose(got[..., :4], unturned[..., :4])
+        close(got[..., 4:16], unturned[..., 4:16])
+        close(got[..., 20:], unturned[..., 20:])
+    with pytest.raises(ValueError, match="0 < P <= 16"):
+        fused_triton.qk_norm_rope_(heads, 4, wq, wk, pos, torch.ones(40, 17),
+                                   torch.zeros(40, 17), 1e-6)
 
 
 def test_gelu_times_and_the_softcap():
