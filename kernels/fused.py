@@ -75,7 +75,8 @@ def qk_norm_rope_(x: torch.Tensor, n_q: int, w_q: torch.Tensor, w_k: torch.Tenso
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w
     still = x.shape[2] // 2 - cos.shape[1]  # pairs at angle 0
     if still < 0:
-        raise ValueError(f"RoPE tables of {cos.shape[1]} pairs for heads of {x.shape[2]}")
+        raise ValueError(f"cos and sin must be [n, P], 0 < P <= {x.shape[2] // 2}, got P = "
+                         f"{cos.shape[1]}")
     c = F.pad(cos[pos][:, None], (0, still), value=1.0)  # [T, 1, D / 2]
     s = F.pad(sin[pos][:, None], (0, still), value=0.0)
     x1, x2 = xf[:, :h - n_v].chunk(2, -1)

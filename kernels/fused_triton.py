@@ -81,8 +81,9 @@ def _qk_norm_rope_kernel(x_ptr, wq_ptr, wk_ptr, pos_ptr, cos_ptr, sin_ptr, T, NQ
     r = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1))[:, None] / (2 * HALF) + eps)
     x1, x2 = x1 * r * w1, x2 * r * w2
     p = tl.load(pos_ptr + t, mask=t < T, other=0)
-    cs = tl.where(rotate, tl.load(cos_ptr + p * TURN + c, mask=c < TURN, other=1.0), 1.0)
-    sn = tl.where(rotate, tl.load(sin_ptr + p * TURN + c, mask=c < TURN, other=0.0), 0.0)
+    turns = c < TURN
+    cs = tl.where(rotate, tl.load(cos_ptr + p * TURN + c, mask=turns, other=1.0), 1.0)
+    sn = tl.where(rotate, tl.load(sin_ptr + p * TURN + c, mask=turns, other=0.0), 0.0)
     let_next_launch(PDL)
     ty = x_ptr.dtype.element_ty
     tl.store(base + c, (x1 * cs - x2 * sn).to(ty), mask=mask)

@@ -69,9 +69,9 @@ def test_pairs_past_the_tables_stay_as_at_angle_zero():
         assert not torch.allclose(got[..., :4], unturned[..., :4])
         close(got[..., 4:16], unturned[..., 4:16])
         close(got[..., 20:], unturned[..., 20:])
-    with pytest.raises(ValueError, match="0 < P <= 16"):
-        fused_triton.qk_norm_rope_(heads, 4, wq, wk, pos, torch.ones(40, 17),
-                                   torch.zeros(40, 17), 1e-6)
+    for rope in (fused.qk_norm_rope_, fused_triton.qk_norm_rope_):
+        with pytest.raises(ValueError, match="0 < P <= 16"):
+            rope(heads, 4, wq, wk, pos, torch.ones(40, 17), torch.zeros(40, 17), 1e-6)
 
 
 def test_gelu_times_and_the_softcap():
