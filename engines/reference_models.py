@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .gemma3 import SLIDING_PATTERN, Gemma3Config
-from .gemma4 import Gemma4Config
+from .gemma4_config import Gemma4Config
 from .gguf_weights import GGUFModel
 from .hf_config import GLOBAL_NAMES, HF_NAMES
 from .hf_gemma4 import GLOBAL_NAMES as GEMMA4_GLOBALS
