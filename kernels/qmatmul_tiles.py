@@ -12,9 +12,12 @@ from . import arrivals
 from .qweight import QWeight
 
 LARGE_M = 256  # rows from which dequantize (made ahead) + cuBLAS wins (docs/benchmarks.md)
-# ... for weights up to this many elements: E2B's double-wide gate/up (37.7M) is one, a
-# vocabulary's head (403M and more) is not; a copy is at most 128 MiB in fp16
-LARGE_W = 1 << 26
+# ... for weights up to this many elements: 31B's gate/up (231M) is one, a vocabulary's
+# head (403M and more) is not; a copy is at most 512 MiB in fp16
+LARGE_W = 1 << 28
+# the head's logsumexp from LARGE_M rows multiplies dequantized chunks of at most this many
+# elements (a 128 MiB buffer in fp16)
+HEAD_CHUNK = 1 << 26
 # gate/up in these rows: the Triton matmul on the dequantized weight, gelu*up in its
 # epilogue (it saves the [M, N] product's trip through memory, 8-10% on the 270M's
 # gate/up); outside them cuBLAS, then a gelu kernel: past them cuBLAS's speed wins, and

@@ -21,7 +21,7 @@ from . import arrivals
 from .fused_triton import gelu_mul
 from .pdl import launch_options
 from .qmatmul_kernels import _dequantize_kernel, _lse_combine_kernel, _qmatmul_kernel
-from .qmatmul_tiles import (DENSE_BLOCKS, DENSE_GELU_ROWS, LARGE_M, LARGE_W, MAX_TILES,
+from .qmatmul_tiles import (DENSE_BLOCKS, DENSE_GELU_ROWS, HEAD_CHUNK, LARGE_M, MAX_TILES,
                             Blocks, built_in, check_k_tile, k_tiles, takes_dense)
 from .qweight import QWeight
 
@@ -188,11 +188,11 @@ def qmatmul_logsumexp(x: torch.Tensor, w: QWeight, out: torch.Tensor | None = No
 def _dense_chunks(w: QWeight, dtype: torch.dtype, block: int
                   ) -> Iterator[tuple[torch.Tensor, int]]:
     """(chunk, its first row): w's rows dequantized in `dtype` into one reused buffer, in
-    as few chunks of at most LARGE_W elements as there can be, each of whole groups of
+    as few chunks of at most HEAD_CHUNK elements as there can be, each of whole groups of
     four column blocks of `block` rows (its view of the (max, sum) pairs then starts 16
     bytes aligned, as Triton's compiled variants expect)."""
     n, k = w.shape
-    chunks = triton.cdiv(n * k, LARGE_W)
+    chunks = triton.cdiv(n * k, HEAD_CHUNK)
     step = triton.cdiv(triton.cdiv(n, chunks), 4 * block) * 4 * block
     copy = torch.empty(min(step, n), k, dtype=dtype, device=w.codes.device)
     for first in range(0, n, step):

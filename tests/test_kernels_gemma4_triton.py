@@ -13,7 +13,9 @@ import torch
 from helpers.interpreted import triton  # noqa: F401 (first: it turns the interpreter on)
 from decider.kernels import embed, embed_triton, fused, fused_triton  # noqa: E402
 from decider.kernels import qmatmul as qm  # noqa: E402
+from decider.kernels import qmatmul_tiles as tiles  # noqa: E402
 from decider.kernels import qmatmul_triton as qmt  # noqa: E402
+from decider.engines.random_gemma4 import SHAPES  # noqa: E402
 from helpers.qweights import close, random_qweight  # noqa: E402
 from helpers.trees import draw  # noqa: E402
 
@@ -93,9 +95,9 @@ def test_the_heads_logsumexp_of_softcapped_logits(m):
 
 def test_the_heads_logsumexp_of_many_rows_multiplies_a_dequantized_copy(monkeypatch):
     """From LARGE_M rows of fp16 the weight is dequantized and multiplied dense, in
-    chunks (three here, of 1,024, 1,024 and 952 rows: LARGE_W made small): the
+    chunks (three here, of 1,024, 1,024 and 952 rows: HEAD_CHUNK made small): the
     softcapped logsumexp as on the packed weight's tiles."""
-    monkeypatch.setattr(qmt, "LARGE_W", 1024 * 64)
+    monkeypatch.setattr(qmt, "HEAD_CHUNK", 1024 * 64)
     w = random_qweight(3000, 64, 4, 32)
     x = (torch.randn(qmt.LARGE_M + 44, 64) * 3).half()
     got = qmt.qmatmul_logsumexp(x, w, softcap=30.0)
@@ -104,6 +106,25 @@ def test_the_heads_logsumexp_of_many_rows_multiplies_a_dequantized_copy(monkeypa
     # against fp32 weights: fp16 rounding of each weight, 2^-11 relative at most
     torch.testing.assert_close(got, qm.qmatmul_logsumexp(x.float(), w, softcap=30.0),
                                rtol=1e-3, atol=0.0)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_large_pass_multiplies_every_linear_dequantized_but_never_a_head(shape):
+    """From LARGE_M rows of fp16 each linear of the real shapes, up to 31B's gate/up
+    (43,008 x 5,376), takes the dense copy; a vocabulary's head keeps its own chunked
+    path (a copy of it would be 0.8 GB and more)."""
+    s = SHAPES[shape]
+    h, q = s["hidden"], s["heads"] * s["head_dim_full"]
+    ffn = s["ffn"] * (2 if s.get("double_wide") else 1)
+    for n, k in ((q + 2 * s["kv_heads"] * s["head_dim"], h), (h, q), (2 * ffn, h), (h, ffn)):
+        # the codes are never read: empty tensors stand for the real sizes
+        w = qm.QWeight(torch.empty(n, k // 2, dtype=torch.uint8),
+                       torch.empty(n, k // 32, dtype=torch.float16), None, 32, 4)
+        assert tiles.takes_dense(tiles.LARGE_M, w, torch.float16), (shape, n, k)
+        assert not tiles.takes_dense(tiles.LARGE_M - 1, w, torch.float16)
+    head = qm.QWeight(torch.empty(s["vocab"], h // 2, dtype=torch.uint8),
+                      torch.empty(s["vocab"], h // 32, dtype=torch.float16), None, 32, 4)
+    assert not tiles.takes_dense(tiles.LARGE_M, head, torch.float16)
 
 
 @pytest.mark.parametrize("table", ["4bit-g32", "dense"])
