@@ -149,12 +149,21 @@ def _weight(w: torch.Tensor, n: int, name: str) -> None:
         raise ValueError(f"{name} must be contiguous fp32 [{n}]")
 
 
-def _tile(t: int, kernel: str) -> tuple[int, int]:
+NORM_SWEPT = 2048  # the widest row (a power of two) the norms' tiles were swept on
+
+
+def _tile(t: int, kernel: str, block: int = NORM_SWEPT) -> tuple[int, int]:
     """(token rows per program, warps) for a pass of t tokens: "norm" (a row of the
-    hidden size, one or two norms) or "rope" (a head's halves)."""
-    if t <= 256:
-        return (1, 2) if kernel == "norm" else (2, 1)
-    return (2, 4) if t <= 1024 and kernel == "norm" else (4, 4)
+    hidden size padded to `block`, one or two norms) or "rope" (a head's halves). Rows
+    wider than NORM_SWEPT take warps in proportion (at most 16) and at most 32 of a
+    row's values a thread: more spill registers (docs/benchmarks.md, 31B's norms)."""
+    if kernel == "rope":
+        return (2, 1) if t <= 256 else (4, 4)
+    rows, warps = (1, 2) if t <= 256 else (2, 4) if t <= 1024 else (4, 4)
+    if block > NORM_SWEPT:
+        warps = min(16, warps * block // NORM_SWEPT)
+        rows = max(1, min(rows, warps * 32 * 32 // block))
+    return rows, warps
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | None = None,
@@ -164,10 +173,11 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | 
     _weight(w, n, "w")
     out = torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
     if len(x):
-        rows, warps = tile or _tile(len(x), "norm")
+        block = triton.next_power_of_2(n)
+        rows, warps = tile or _tile(len(x), "norm", block)
         _rms_norm_kernel[(triton.cdiv(len(x), rows),)](
             x, w, out, len(x), n, x.stride(0), out.stride(0), eps, ROWS=rows,
-            BLOCK=triton.next_power_of_2(n), num_warps=warps, **launch_options(x))
+            BLOCK=block, num_warps=warps, **launch_options(x))
     return out
 
 
@@ -187,11 +197,12 @@ def add_rms_norm(x, y, w_y, w_next, eps, scale=None, *, tile: tuple[int, int] | 
     x_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     h = torch.empty(x.shape, dtype=y.dtype, device=x.device)
     if len(x):
-        rows, warps = tile or _tile(len(x), "norm")
+        block = triton.next_power_of_2(n)
+        rows, warps = tile or _tile(len(x), "norm", block)
         _add_rms_norm_kernel[(triton.cdiv(len(x), rows),)](
             x, y, w_y, w_y if w_next is None else w_next, w_y if scale is None else scale,
             x_out, h, len(x), n, x.stride(0), y.stride(0), eps, HAS_NEXT=w_next is not None,
-            HAS_SCALE=scale is not None, ROWS=rows, BLOCK=triton.next_power_of_2(n),
+            HAS_SCALE=scale is not None, ROWS=rows, BLOCK=block,
             num_warps=warps, **launch_options(x))
     return x_out, h
 

@@ -33,6 +33,18 @@ def test_add_rms_norm_with_the_layer_scalar_and_without_a_next_norm():
     assert torch.equal(h, stream)
 
 
+@pytest.mark.parametrize("t", [3, 300, 1100])
+def test_add_rms_norm_on_rows_as_wide_as_31bs(t):
+    """31B's 5,376 columns take wider tiles than the swept rows (more warps, fewer rows a
+    program): each token's row still normed whole."""
+    n = 5376
+    x, y = torch.randn(t, n), torch.randn(t, n)
+    w1, w2 = torch.randn(n), torch.randn(n)
+    for got, want in zip(fused_triton.add_rms_norm(x, y, w1, w2, 1e-6),
+                         fused.add_rms_norm(x, y, w1, w2, 1e-6), strict=True):
+        close(got, want)
+
+
 @pytest.mark.parametrize("rotated", [None, 4])
 def test_q_k_norm_rope_and_the_weightless_v_norm(rotated):
     """q heads by w_q, k heads by w_k, both rotated (all pairs, or the first `rotated`

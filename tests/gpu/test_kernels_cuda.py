@@ -246,6 +246,19 @@ def test_fp32_operands_skip_tf32():
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("tokens", [3, 300, 1100])
+@pytest.mark.parametrize("hidden", [2560, 5376])
+def test_the_norms_on_gemma4_e4b_and_31b_rows(hidden, tokens):
+    """Rows wider than the swept ones take their own tiles (more warps, fewer rows)."""
+    x, y = (torch.randn(tokens, hidden, device=DEV).half() for _ in "xy")
+    w1, w2 = torch.rand(hidden, device=DEV) + 0.5, torch.rand(hidden, device=DEV) + 0.5
+    close(fused.rms_norm(x, w1, 1e-6), fused.rms_norm(x.cpu().float(), w1.cpu(), 1e-6).to(DEV))
+    got = fused.add_rms_norm(x, y, w1, w2, 1e-6)
+    want = fused.add_rms_norm(x.cpu().float(), y.cpu().float(), w1.cpu(), w2.cpu(), 1e-6)
+    for g, w in zip(got, want, strict=True):
+        close(g, w.to(DEV))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_fused_kernels_on_gemma3_shapes(dtype):
     x, y = (torch.randn(700, 640, device=DEV).to(dtype) for _ in "xy")
