@@ -4,7 +4,7 @@
 # Results go to $OUT (default ./gpu-out). Settings (environment): TESTS (paths, or none),
 # K (pytest -k), KERNELS=0/1/parts (tile sweep), PROFILE=0/1 (PROFILE_SHAPE: a shape
 # other than the 270M's), BASE (A/B against commits' packages; ROUNDS of it), SHAPES
-# (random weights of real shapes), MODELS (catalog models' own files), ENGINES, N_CTX,
+# (random weights of real shapes; none: no benchmark), MODELS (catalog models' own files), ENGINES, N_CTX,
 # REPEAT, BENCH_ARGS (more flags of `decider bench`; BASE's runs take them too),
 # LLAMA_SDIST (a trimmed llama-cpp-python source, scripts/gpu_llama.sh: built for CUDA
 # beside the tests, then installed before the benchmarks).
@@ -71,6 +71,7 @@ if [ -n "${LLAMA_SDIST:-}" ]; then  # waits for the build at most LLAMA_WAIT sec
   [ -f /tmp/site/llama_cpp/lib/libllama.so ] && export LD_PRELOAD=/tmp/site/llama_cpp/lib/libllama.so
 fi
 for shape in ${SHAPES:-gemma-3-270m}; do
+  [ "$shape" = none ] && continue
   bench_in "$pkg" --shape "$shape" | tee "$out/bench_engines_$shape.txt" | tail -8
 done
 for model in ${MODELS:-}; do
