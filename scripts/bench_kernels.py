@@ -3,13 +3,14 @@
     python scripts/bench_kernels.py [PART ...]   # default: qmatmul attention fused
 
 Parts: qmatmul, qmatmul-e2b, head-e2b, attention, attention-e2b-sliding,
-attention-e2b-full, fused, dequantize, dense. Each timing replays a CUDA graph of
+attention-e2b-full, fused, norms-wide, dequantize, dequantize-large, dense. Each timing replays a CUDA graph of
 back-to-back calls as the engine's graphs run them (no host launch cost), weights
 cycling past the L2 cache; fp16 activations. qmatmul: packed weights at the graphs'
 pass sizes against cuBLAS on the dense weight (the floor) and the built-in tiles (gate_up
 also with gelu*up in the epilogue); head-e2b: the full-vocabulary logsumexp; attention:
 one KV head and its query heads (the 270M's; E2B's sliding and full layers) on causal
-passes, against SDPA on equal-length sequences; fused: norms and RoPE; dequantize: GB/s
+passes, against SDPA on equal-length sequences; fused: norms and RoPE; norms-wide:
+add_rms_norm on Gemma 4's rows; dequantize (-large: E2B's and 31B's dense layers): GB/s
 a weight; dense: past LARGE_M rows on the dequantized weight, cuBLAS against the Triton
 tiles. Tiles compile in parallel processes first; no network. decider must import
 (installed, or laid out by scripts/layout_package.sh).
@@ -24,8 +25,9 @@ import torch
 import torch.nn.functional as F
 import triton
 from bench_shapes import (ALL_LINEARS, ATT_PARTS, ATT_SHAPES, DENSE_LINEARS, DENSE_ROWS,
-                          DENSE_TILES, DEQ_TILES, FFN, FUSED_TILES, FUSED_TOKENS, HEAD_DIM,
-                          HEAD_TILES, HIDDEN, LINEARS, Q, QMATMUL_PARTS, TILES, fits, forms)
+                          DENSE_TILES, DEQ_PARTS, DEQ_TILES, FFN, FUSED_TILES, FUSED_TOKENS,
+                          HEAD_DIM, HEAD_TILES, HIDDEN, Q, QMATMUL_PARTS, TILES, WIDE_HIDDEN,
+                          WIDE_TILES, fits, forms)
 from graph_timing import graph_ms, rank, tile_us
 
 from decider.kernels import attention_triton as att
@@ -66,14 +68,16 @@ def compile_some(jobs: list) -> int:
                                       random_qweight(1024, 1536, "4s", 32), blocks=tile)
             elif kernel == "fused":
                 fused_calls(64, tile)[name]()
+            elif kernel == "norm-wide":  # name: the row's width
+                fused_calls(64, tile, name)["add_rms_norm"]()
             elif kernel == "dense":
                 k, n = DENSE_LINEARS[name]
                 x = torch.randn(tile[0], k, device=DEV, dtype=DTYPE)
                 qmt.matmul_dense_triton(x, torch.randn(n, k, device=DEV, dtype=DTYPE),
                                         gelu="gate_up" in name, blocks=tile)
-            elif kernel == "dequantize":
-                k, n, (bits, group) = LINEARS[name]
-                qmt.dequantize_triton(random_qweight(n, k, bits, group), DTYPE, tile)
+            elif kernel == "dequantize":  # a kernel per (K, bits, group): few rows do
+                k, _, (bits, group) = ALL_LINEARS[name]
+                qmt.dequantize_triton(random_qweight(64, k, bits, group), DTYPE, tile)
             else:  # name: query heads a KV head, head dim
                 group, d = ATT_SHAPES[name]
                 q = torch.randn(64, group, d, device=DEV, dtype=DTYPE)
@@ -98,8 +102,10 @@ def precompile(parts: list[str], workers: int = 12) -> None:
              if part in parts for t in some + splits]
     jobs += [("fused", name, t) for t in FUSED_TILES for name in ("add_rms_norm", "qk_norm_rope")
              if "fused" in parts]
-    jobs += [("dequantize", name, t) for name in forms(LINEARS).values() for t in DEQ_TILES
-             if "dequantize" in parts]
+    jobs += [("norm-wide", hidden, t) for hidden in WIDE_HIDDEN for t in WIDE_TILES
+             if "norms-wide" in parts]
+    jobs += [("dequantize", name, t) for part, linears in DEQ_PARTS.items() if part in parts
+             for name in forms(linears).values() for t in DEQ_TILES]
     # one K per form compiles the plain kernel; gate_up's the gelu epilogue too
     jobs += [("dense", name, t) for name in DENSE_LINEARS for t in DENSE_TILES
              if "dense" in parts]
@@ -197,12 +203,12 @@ def bench_attention(shape: str, tokens: dict, windows: tuple, candidates: list, 
                   f"{ranked[0][0]:.1f}, SDPA causal {sdpa:.1f}  {best}", flush=True)
 
 
-def fused_calls(t: int, tile) -> dict:
-    """The engine's fused steps on a pass of t tokens (fp32 residual stream, fp16
-    sublayers; q, k, v heads of one fused QKV output), each a call with `tile`."""
-    x = torch.randn(t, HIDDEN, device=DEV)
-    y = torch.randn(t, HIDDEN, device=DEV, dtype=DTYPE)
-    w = torch.rand(HIDDEN, device=DEV) + 0.5
+def fused_calls(t: int, tile, hidden: int = HIDDEN) -> dict:
+    """The engine's fused steps on a pass of t tokens (fp32 residual stream of `hidden`,
+    fp16 sublayers; q, k, v heads of one fused QKV output), each a call with `tile`."""
+    x = torch.randn(t, hidden, device=DEV)
+    y = torch.randn(t, hidden, device=DEV, dtype=DTYPE)
+    w = torch.rand(hidden, device=DEV) + 0.5
     heads = torch.randn(t, Q // HEAD_DIM + 2, HEAD_DIM, device=DEV, dtype=DTYPE)
     wd = torch.rand(HEAD_DIM, device=DEV) + 0.5
     pos = torch.arange(t, device=DEV, dtype=torch.int32)
@@ -226,6 +232,21 @@ def bench_fused() -> None:
             print(f"{t:5d} {name:13}: built-in {graph_ms([builtin] * 20) * 1e3:.1f}, one row "
                   f"a program {ones:.1f}, best {ranked[0][0]:.1f} (gelu*up {gelu:.1f})  {best}",
                   flush=True)
+
+
+def bench_norms_wide() -> None:
+    print("add_rms_norm on Gemma 4's rows: per-call us in a graph; tiles (token rows per "
+          "program, warps)")
+    for hidden in WIDE_HIDDEN:
+        for t in FUSED_TOKENS:
+            def calls(tile, hidden=hidden, t=t):
+                return [fused_calls(t, tile, hidden)["add_rms_norm"]] * 20
+
+            ranked, best = rank(calls, WIDE_TILES)
+            builtin = tile_us(calls(None))
+            moved = t * hidden * 12  # x and the stream in fp32, y and h in fp16
+            print(f"{hidden:5d} x {t:5d}: built-in {builtin:.1f} ({moved / builtin / 1e3:.0f} "
+                  f"GB/s), best {ranked[0][0]:.1f}  {best}", flush=True)
 
 
 def bench_dense() -> None:
@@ -255,10 +276,10 @@ def bench_dense() -> None:
                       f"{best}", flush=True)
 
 
-def bench_dequantize() -> None:
+def bench_dequantize(linears: dict) -> None:
     print("dequantize to fp16: per-call us in a graph (weights cycling past the L2), and "
           "GB/s of packed bytes read plus fp16 written")
-    for name, (k, n, (bits, group)) in LINEARS.items():
+    for name, (k, n, (bits, group)) in linears.items():
         copies = [random_qweight(n, k, bits, group)
                   for _ in range(max(L2_BYTES // (2 * n * k), 2))]
         moved = copies[0].nbytes() + 2 * n * k
@@ -289,8 +310,11 @@ def main() -> None:
             bench_attention(*spec)
     if "fused" in parts:
         bench_fused()
-    if "dequantize" in parts:
-        bench_dequantize()
+    for part, linears in DEQ_PARTS.items():
+        if part in parts:
+            bench_dequantize(linears)
+    if "norms-wide" in parts:
+        bench_norms_wide()
     if "dense" in parts:
         bench_dense()
 

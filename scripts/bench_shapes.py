@@ -18,7 +18,14 @@ ROWS = (64, 128, 256, 512, 1024, 2048)  # the graphs' pass sizes up to cuBLAS's
 E2B_LINEARS = {"e2b q": (1536, 2048, ("4s", 32)), "e2b o": (2048, 1536, ("4s", 32)),
                "e2b gate_up": (1536, 2 * 12288, ("4s", 32)),
                "e2b down": (12288, 1536, ("4s", 32))}
-ALL_LINEARS = {**LINEARS, **E2B_LINEARS}  # by name, for the compiling workers
+# the dense layers of E2B and 31B in Q4_0, dequantized for passes past LARGE_M: part
+# "dequantize-large" (a 31B request waits on their copies as long as on cuBLAS)
+LARGE_LINEARS = {f"{shape} {name}": (k, n, ("4s", 32)) for shape, (hidden, q, kv, ffn) in
+                 (("e2b", (1536, 2048, 256, 6144)), ("31b", (5376, 8192, 4096, 21504)))
+                 for name, (k, n) in (("qkv", (hidden, q + 2 * kv)), ("o", (q, hidden)),
+                                      ("gate_up", (hidden, 2 * ffn)), ("down", (ffn, hidden)))}
+ALL_LINEARS = {**LINEARS, **E2B_LINEARS, **LARGE_LINEARS}  # by name, for the compiling workers
+DEQ_PARTS = {"dequantize": LINEARS, "dequantize-large": LARGE_LINEARS}
 # qmatmul tiles: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
 TILES = [(bm, bn, bk, w, 3, s) for bm, bn, bk, w, s in itertools.product(
     (16, 32, 64, 128), (16, 32, 64, 128), (64, 128, 256), (4, 8), (1, 2, 4, 5, 8, 16))
@@ -54,6 +61,9 @@ ATT_PARTS = {"attention": ("4x256", TOKENS, (None, WINDOW), ATT_TILES, ATT_SPLIT
 # fused norms and RoPE: token rows per program, warps; pass sizes
 FUSED_TILES = list(itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)))
 FUSED_TOKENS = (128, 512, 2048, 8192)
+# add_rms_norm on Gemma 4's rows (E2B, E4B, 31B): part "norms-wide", up to 16 warps
+WIDE_HIDDEN = (1536, 2560, 5376)
+WIDE_TILES = list(itertools.product((1, 2, 4, 8), (2, 4, 8, 16)))
 # large passes (dequantized weights): the four linears of the 270M and the 1B
 DENSE_LINEARS = {f"{name} {shape}": (k, n) for shape, (hidden, ffn) in
                  (("270m", (HIDDEN, FFN)), ("1b", (1152, 6912)))
