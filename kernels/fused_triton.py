@@ -152,18 +152,21 @@ def _weight(w: torch.Tensor, n: int, name: str) -> None:
 NORM_SWEPT = 2048  # the widest row (a power of two) the norms' tiles were swept on
 
 
-def _tile(t: int, kernel: str, block: int = NORM_SWEPT) -> tuple[int, int]:
-    """(token rows per program, warps) for a pass of t tokens: "norm" (a row of the
-    hidden size padded to `block`, one or two norms) or "rope" (a head's halves). Rows
-    wider than NORM_SWEPT take warps in proportion (at most 16) and at most 32 of a
-    row's values a thread: more spill registers (docs/benchmarks.md, 31B's norms)."""
-    if kernel == "rope":
-        return (2, 1) if t <= 256 else (4, 4)
+def _norm_tile(t: int, block: int) -> tuple[int, int]:
+    """(token rows per program, warps) for norms of t rows of the hidden size padded to
+    `block`. Rows wider than NORM_SWEPT take warps in proportion (at most 16) and at most
+    32 of a row's values a thread: more spill registers (docs/benchmarks.md, 31B's
+    norms)."""
     rows, warps = (1, 2) if t <= 256 else (2, 4) if t <= 1024 else (4, 4)
     if block > NORM_SWEPT:
         warps = min(16, warps * block // NORM_SWEPT)
         rows = max(1, min(rows, warps * 32 * 32 // block))
     return rows, warps
+
+
+def _rope_tile(t: int) -> tuple[int, int]:
+    """(token rows per program, warps) for q/k norm + RoPE on t tokens (a head's halves)."""
+    return (2, 1) if t <= 256 else (4, 4)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | None = None,
@@ -174,7 +177,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | 
     out = torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
     if len(x):
         block = triton.next_power_of_2(n)
-        rows, warps = tile or _tile(len(x), "norm", block)
+        rows, warps = tile or _norm_tile(len(x), block)
         _rms_norm_kernel[(triton.cdiv(len(x), rows),)](
             x, w, out, len(x), n, x.stride(0), out.stride(0), eps, ROWS=rows,
             BLOCK=block, num_warps=warps, **launch_options(x))
@@ -198,7 +201,7 @@ def add_rms_norm(x, y, w_y, w_next, eps, scale=None, *, tile: tuple[int, int] | 
     h = torch.empty(x.shape, dtype=y.dtype, device=x.device)
     if len(x):
         block = triton.next_power_of_2(n)
-        rows, warps = tile or _tile(len(x), "norm", block)
+        rows, warps = tile or _norm_tile(len(x), block)
         _add_rms_norm_kernel[(triton.cdiv(len(x), rows),)](
             x, y, w_y, w_y if w_next is None else w_next, w_y if scale is None else scale,
             x_out, h, len(x), n, x.stride(0), y.stride(0), eps, HAS_NEXT=w_next is not None,
@@ -223,7 +226,7 @@ def qk_norm_rope_(x, n_q, w_q, w_k, pos, cos, sin, eps, n_v=0, *,
     if pos.shape != (t,) or pos.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"pos must be integer [{t}]")
     if t and heads:
-        rows, warps = tile or _tile(t, "rope")
+        rows, warps = tile or _rope_tile(t)
         _qk_norm_rope_kernel[(triton.cdiv(t, rows), heads)](
             x, w_q, w_k, pos, cos, sin, t, n_q, heads - n_v, x.stride(0), x.stride(1), eps,
             HALF=d // 2, TURN=cos.shape[1], ROWS=rows, num_warps=warps, **launch_options(x))

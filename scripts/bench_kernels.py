@@ -3,17 +3,18 @@
     python scripts/bench_kernels.py [PART ...]   # default: qmatmul attention fused
 
 Parts: qmatmul, qmatmul-e2b, head-e2b, attention, attention-e2b-sliding,
-attention-e2b-full, fused, norms-wide, dequantize, dequantize-large, dense. Each timing replays a CUDA graph of
-back-to-back calls as the engine's graphs run them (no host launch cost), weights
-cycling past the L2 cache; fp16 activations. qmatmul: packed weights at the graphs'
-pass sizes against cuBLAS on the dense weight (the floor) and the built-in tiles (gate_up
-also with gelu*up in the epilogue); head-e2b: the full-vocabulary logsumexp; attention:
-one KV head and its query heads (the 270M's; E2B's sliding and full layers) on causal
-passes, against SDPA on equal-length sequences; fused: norms and RoPE; norms-wide:
-add_rms_norm on Gemma 4's rows; dequantize (-large: E2B's and 31B's dense layers): GB/s
-a weight; dense: past LARGE_M rows on the dequantized weight, cuBLAS against the Triton
-tiles. Tiles compile in parallel processes first; no network. decider must import
-(installed, or laid out by scripts/layout_package.sh).
+attention-e2b-full, fused, norms-wide, dequantize, dequantize-large, dense. Each timing
+replays a CUDA graph of back-to-back calls as the engine's graphs run them (no host
+launch cost), weights cycling past the L2 cache; fp16 activations. qmatmul: packed
+weights at the graphs' pass sizes against cuBLAS on the dense weight (the floor) and the
+built-in tiles (gate_up also with gelu*up in the epilogue); head-e2b: the
+full-vocabulary logsumexp; attention: one KV head and its query heads (the 270M's; E2B's
+sliding and full layers) on causal passes, against SDPA on equal-length sequences;
+fused: norms and RoPE; norms-wide: add_rms_norm on Gemma 4's rows; dequantize (-large:
+E2B's and 31B's dense layers): GB/s a weight; dense: past LARGE_M rows on the
+dequantized weight, cuBLAS against the Triton tiles. Tiles compile in parallel processes
+first; no network. decider must import (installed, or laid out by
+scripts/layout_package.sh).
 """
 
 from __future__ import annotations

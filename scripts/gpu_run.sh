@@ -4,10 +4,10 @@
 # Results go to $OUT (default ./gpu-out). Settings (environment): TESTS (paths, or none),
 # K (pytest -k), KERNELS=0/1/parts (tile sweep), PROFILE=0/1 (PROFILE_SHAPE: a shape
 # other than the 270M's), BASE (A/B against commits' packages; ROUNDS of it), SHAPES
-# (random weights of real shapes; none: no benchmark), MODELS (catalog models' own files), ENGINES, N_CTX,
-# REPEAT, BENCH_ARGS (more flags of `decider bench`; BASE's runs take them too),
-# LLAMA_SDIST (a trimmed llama-cpp-python source, scripts/gpu_llama.sh: built for CUDA
-# beside the tests, then installed before the benchmarks).
+# (random weights of real shapes; none: no benchmark), MODELS (catalog models' own
+# files), ENGINES, N_CTX, REPEAT, BENCH_ARGS (more flags of `decider bench`; BASE's runs
+# take them too), LLAMA_SDIST (a trimmed llama-cpp-python source, scripts/gpu_llama.sh:
+# built for CUDA beside the tests, then installed before the benchmarks).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}

@@ -128,15 +128,14 @@ def test_a_large_pass_multiplies_every_linear_dequantized_but_never_a_head(shape
     s = SHAPES[shape]
     h, q = s["hidden"], s["heads"] * s["head_dim_full"]
     ffn = s["ffn"] * (2 if s.get("double_wide") else 1)
+    def q4_0(n: int, k: int) -> qm.QWeight:  # never read: empty tensors of the real sizes
+        return qm.QWeight(torch.empty(n, k // 2, dtype=torch.uint8),
+                          torch.empty(n, k // 32, dtype=torch.float16), None, 32, 4)
+
     for n, k in ((q + 2 * s["kv_heads"] * s["head_dim"], h), (h, q), (2 * ffn, h), (h, ffn)):
-        # the codes are never read: empty tensors stand for the real sizes
-        w = qm.QWeight(torch.empty(n, k // 2, dtype=torch.uint8),
-                       torch.empty(n, k // 32, dtype=torch.float16), None, 32, 4)
-        assert tiles.takes_dense(tiles.LARGE_M, w, torch.float16), (shape, n, k)
-        assert not tiles.takes_dense(tiles.LARGE_M - 1, w, torch.float16)
-    head = qm.QWeight(torch.empty(s["vocab"], h // 2, dtype=torch.uint8),
-                      torch.empty(s["vocab"], h // 32, dtype=torch.float16), None, 32, 4)
-    assert not tiles.takes_dense(tiles.LARGE_M, head, torch.float16)
+        assert tiles.takes_dense(tiles.LARGE_M, q4_0(n, k), torch.float16), (shape, n, k)
+        assert not tiles.takes_dense(tiles.LARGE_M - 1, q4_0(n, k), torch.float16)
+    assert not tiles.takes_dense(tiles.LARGE_M, q4_0(s["vocab"], h), torch.float16)
 
 
 @pytest.mark.parametrize("table", ["4bit-g32", "dense"])

@@ -246,11 +246,9 @@ def test_fp32_operands_skip_tf32():
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("tokens", [3, 300, 1100])
-@pytest.mark.parametrize("hidden", [2560, 5376])
-def test_the_norms_on_gemma4_e4b_and_31b_rows(hidden, tokens):
-    """Rows wider than the swept ones take their own tiles (more warps, fewer rows)."""
-    x, y = (torch.randn(tokens, hidden, device=DEV).half() for _ in "xy")
+def norms_match(tokens: int, hidden: int, dtype: torch.dtype) -> None:
+    """rms_norm and add_rms_norm on random rows against the fp32 torch reference."""
+    x, y = (torch.randn(tokens, hidden, device=DEV).to(dtype) for _ in "xy")
     w1, w2 = torch.rand(hidden, device=DEV) + 0.5, torch.rand(hidden, device=DEV) + 0.5
     close(fused.rms_norm(x, w1, 1e-6), fused.rms_norm(x.cpu().float(), w1.cpu(), 1e-6).to(DEV))
     got = fused.add_rms_norm(x, y, w1, w2, 1e-6)
@@ -259,15 +257,16 @@ def test_the_norms_on_gemma4_e4b_and_31b_rows(hidden, tokens):
         close(g, w.to(DEV))
 
 
+@pytest.mark.parametrize("tokens", [3, 300, 1100])
+@pytest.mark.parametrize("hidden", [2560, 5376])
+def test_the_norms_on_gemma4_e4b_and_31b_rows(hidden, tokens):
+    """Rows wider than the swept ones take their own tiles (more warps, fewer rows)."""
+    norms_match(tokens, hidden, torch.float16)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_fused_kernels_on_gemma3_shapes(dtype):
-    x, y = (torch.randn(700, 640, device=DEV).to(dtype) for _ in "xy")
-    w1, w2 = torch.rand(640, device=DEV) + 0.5, torch.rand(640, device=DEV) + 0.5
-    close(fused.rms_norm(x, w1, 1e-6), fused.rms_norm(x.cpu().float(), w1.cpu(), 1e-6).to(DEV))
-    got = fused.add_rms_norm(x, y, w1, w2, 1e-6)
-    want = fused.add_rms_norm(x.cpu().float(), y.cpu().float(), w1.cpu(), w2.cpu(), 1e-6)
-    for g, w in zip(got, want):
-        close(g, w.to(DEV))
+    norms_match(700, 640, dtype)
     gu = torch.randn(700, 2 * 2048, device=DEV).to(dtype)
     close(fused.gelu_mul(gu), fused.gelu_mul(gu.cpu().float()).to(DEV))
     heads = torch.randn(700, 6, 256, device=DEV).to(dtype)
