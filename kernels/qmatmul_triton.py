@@ -22,7 +22,7 @@ from .fused_triton import gelu_mul
 from .pdl import launch_options
 from .qmatmul_kernels import _dequantize_kernel, _lse_combine_kernel, _qmatmul_kernel
 from .qmatmul_tiles import (DENSE_BLOCKS, DENSE_GELU_ROWS, HEAD_CHUNK, LARGE_M, MAX_TILES,
-                            Blocks, built_in, check_k_tile, k_tiles, takes_dense)
+                            Blocks, built_in, check_k_tile, dequantize_tile, takes_dense)
 from .qweight import QWeight
 
 
@@ -40,16 +40,14 @@ def dequantize_triton(w: QWeight, dtype: torch.dtype,
                       tile: tuple[int, int, int] | None = None,
                       out: torch.Tensor | None = None) -> torch.Tensor:
     """[N, K] in `dtype` (into `out` when given), one kernel. tile: (BLOCK_N, BLOCK_K,
-    warps) instead of the built-in choice: 16 rows of the widest K tile, 8 warps (the
-    H200 sweep of scripts/bench_kernels.py on Gemma 3 270M weights: 1.7-3.2 us per weight
-    against 2.2-3.9 for 64 rows of 64 columns, 4 warps)."""
+    warps) instead of the built-in choice (`dequantize_tile`)."""
     n, k = w.shape
     codes, scale, offset = operands(w)
     if out is None:
         out = torch.empty(n, k, dtype=dtype, device=codes.device)
     elif out.shape != (n, k) or out.dtype != dtype or not out.is_contiguous():
         raise ValueError(f"out must be contiguous [{n}, {k}] in {dtype}")
-    bn, bk, warps = tile or (16, k_tiles(k, w.group)[0], 8)
+    bn, bk, warps = tile or dequantize_tile(n, k, w.group)
     check_k_tile(k, bk, w.group)
     _dequantize_kernel[(triton.cdiv(n, bn), k // bk)](
         codes, scale, offset, out, n, codes.stride(0), scale.stride(0), out.stride(0),

@@ -24,6 +24,9 @@ LARGE_LINEARS = {f"{shape} {name}": (k, n, ("4s", 32)) for shape, (hidden, q, kv
                  (("e2b", (1536, 2048, 256, 6144)), ("31b", (5376, 8192, 4096, 21504)))
                  for name, (k, n) in (("qkv", (hidden, q + 2 * kv)), ("o", (q, hidden)),
                                       ("gate_up", (hidden, 2 * ffn)), ("down", (ffn, hidden)))}
+# ... and 31B's gate/up in the other types the loader takes (Q8_0; Q4_K: offsets)
+LARGE_LINEARS |= {f"31b gate_up {kind}": (5376, 43008, (bits, 32)) for kind, bits in
+                  (("q8", 8), ("q4k", 4))}
 ALL_LINEARS = {**LINEARS, **E2B_LINEARS, **LARGE_LINEARS}  # by name, for the compiling workers
 DEQ_PARTS = {"dequantize": LINEARS, "dequantize-large": LARGE_LINEARS}
 # qmatmul tiles: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K

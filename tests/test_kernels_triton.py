@@ -112,6 +112,15 @@ def test_tile_choice_launches_on_every_gemma_shape(hidden, q, kv, ffn):
             assert split == 1 or triton.cdiv(m, bm) * triton.cdiv(n, bn) <= tiles.MAX_TILES
 
 
+def test_the_dequantize_tile_fits_every_k_of_whole_groups():
+    """Small and large weights (the wide tile from BIG_W elements) of every K up to
+    16,384 made of whole groups: the K tile divides K and holds whole groups."""
+    for group in (16, 32, 128):
+        for k in range(group, 16385, group):
+            for n in (1, tiles.BIG_W // k + 1):
+                tiles.check_k_tile(k, tiles.dequantize_tile(n, k, group)[1], group)
+
+
 # (embedding, activation dtype, tokens): packed 4-bit with offsets and 8-bit codes, a
 # dense table; one token a program up to 256 tokens, four past them (no bf16: the
 # interpreter does not round to it as the GPU does; tests/gpu checks it)
@@ -216,10 +225,12 @@ def test_qmatmul_writes_into_a_column_slice():
 
 
 @pytest.mark.parametrize("bits,group", [(4, 32), (8, 16), (4, 128)])
-def test_dequantize_kernel_is_exact(bits, group):
-    """The large-M path's dequantize: fp32 products of the same words, bit for bit."""
-    w = random_qweight(70, group * 4, bits, group)
-    assert torch.equal(dequantize_triton(w, torch.float32), qm.dequantize(w))
+@pytest.mark.parametrize("tile", [None, (16, 256, 2)], ids=["built-in", "large-weights"])
+def test_dequantize_kernel_is_exact(bits, group, tile):
+    """The large-M path's dequantize: fp32 products of the same words, bit for bit, on
+    the built-in tile and on the one large weights take (rows ragged against both)."""
+    w = random_qweight(70, 512, bits, group)
+    assert torch.equal(dequantize_triton(w, torch.float32, tile), qm.dequantize(w))
 
 
 @pytest.mark.parametrize("m,k", [(1, 64), (20, 64), (20, 2560)])
