@@ -18,13 +18,11 @@ LARGE_W = 1 << 28
 # the head's logsumexp from LARGE_M rows multiplies dequantized chunks of at most this many
 # elements (a 128 MiB buffer in fp16)
 HEAD_CHUNK = 1 << 26
-# gate/up in these rows and of at most this K: the Triton matmul on the dequantized
-# weight, gelu*up in its epilogue (it saves the [M, N] product's trip through memory,
-# 8-10% on the 270M's gate/up, even on the 1B's and E2B's); elsewhere cuBLAS, then a gelu
-# kernel: past these rows and from E4B's K (2,560) cuBLAS's speed wins (12-23% on E4B's
-# and 31B's), and below them its 128-row tiles leave SMs idle
+# gate/up in these rows: the Triton matmul on the dequantized weight, gelu*up in its
+# epilogue (it saves the [M, N] product's trip through memory, 8-10% on the 270M's
+# gate/up); outside them cuBLAS, then a gelu kernel: past them cuBLAS's speed wins, and
+# below them its 128-row tiles leave SMs idle (E2B at 256 rows: 82 TFLOP/s)
 DENSE_GELU_ROWS = range(1024, 8192 + 1)
-DENSE_GELU_K = 2048
 
 Blocks = tuple[int, int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K
 DENSE_BLOCKS = (128, 256, 64, 8, 3, 1)  # the H200 sweep's best with gelu at 1024 rows
@@ -128,12 +126,6 @@ def dequantize_tile(n: int, k: int, group: int) -> tuple[int, int, int]:
     if n * k >= BIG_W and k % 256 == 0 and 256 % group == 0:
         return 16, 256, 2
     return 16, k_tiles(k, group)[0], 8
-
-
-def takes_gelu_epilogue(m: int, k: int) -> bool:
-    """Whether a large pass of m rows multiplies a dense gate/up of K columns with gelu*up
-    in the Triton matmul's epilogue rather than on cuBLAS, then a gelu kernel."""
-    return m in DENSE_GELU_ROWS and k <= DENSE_GELU_K
 
 
 def takes_dense(m: int, w: QWeight, dtype: torch.dtype) -> bool:

@@ -6,8 +6,8 @@ read, is the cost, and cuBLAS on a bf16 copy beats the fused kernel even after p
 the copy (measured on the H200, docs/benchmarks.md): a layer's weight is then dequantized
 by one kernel into a buffer (by the engine ahead of the layer, engines/dense_weights.py,
 or here when none is given), and stays packed at rest. The fused gate/up projection
-reads that buffer with the packed matmul's own kernel instead where that wins
-(`takes_gelu_epilogue`), for gelu*up in the epilogue.
+reads that buffer with the packed matmul's own kernel instead (in DENSE_GELU_ROWS), for
+gelu*up in the epilogue.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from . import arrivals
 from .fused_triton import gelu_mul
 from .pdl import launch_options
 from .qmatmul_kernels import _dequantize_kernel, _lse_combine_kernel, _qmatmul_kernel
-from .qmatmul_tiles import (DENSE_BLOCKS, HEAD_CHUNK, LARGE_M, MAX_TILES, Blocks, built_in,
-                            check_k_tile, dequantize_tile, takes_dense, takes_gelu_epilogue)
+from .qmatmul_tiles import (DENSE_BLOCKS, DENSE_GELU_ROWS, HEAD_CHUNK, LARGE_M, MAX_TILES,
+                            Blocks, built_in, check_k_tile, dequantize_tile, takes_dense)
 from .qweight import QWeight
 
 
@@ -89,14 +89,14 @@ def qmatmul_gelu_triton(x: torch.Tensor, w: QWeight, blocks: Blocks | None = Non
                         dense: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] @ dequant(w).T, w's rows gate and up interleaved -> gelu_tanh(gate) * up
     [M, N / 2] in x.dtype, in the matmul's epilogue (from LARGE_M on the weight dequantized,
-    or `dense`, where `takes_gelu_epilogue`; elsewhere cuBLAS, then gelu_mul)."""
+    or `dense`, in DENSE_GELU_ROWS; elsewhere cuBLAS, then gelu_mul)."""
     x = _activations(x, w)
     m, n = x.shape[0], w.shape[0]
     if n % 2:
         raise ValueError(f"interleaved gate and up rows come in pairs, got {n} rows")
     if blocks is None and takes_dense(m, w, x.dtype):
         dense = _dense(x, w, dense)
-        if takes_gelu_epilogue(m, w.shape[1]):
+        if m in DENSE_GELU_ROWS:
             return matmul_dense_triton(x, dense, gelu=True)
         return gelu_mul(torch.matmul(x, dense.T))
     out = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)

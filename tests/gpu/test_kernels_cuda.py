@@ -83,9 +83,9 @@ def test_qmatmul_on_gemma_shapes(quant, k, n, m, dtype):
                          ids=str)
 def test_qmatmul_gelu_on_gate_up_shapes(k, n, m, dtype):
     """gelu(gate) * up in the epilogue (fp32, before any rounding) of the packed matmul,
-    from LARGE_M of the matmul on the dequantized weight where `takes_gelu_epilogue`,
-    elsewhere cuBLAS then gelu_mul: against the reference on the same interleaved weight
-    (the 270M's, the 1B's, E2B's double-wide one and E4B's, past the epilogue's K)."""
+    from LARGE_M of the matmul on the dequantized weight in DENSE_GELU_ROWS, outside them
+    cuBLAS then gelu_mul: against the reference on the same interleaved weight (the 270M's,
+    the 1B's, E2B's double-wide one and E4B's)."""
     from decider.kernels.qmatmul_triton import qmatmul_gelu_triton
 
     w = random_qweight(n, k, 8, 32)
