@@ -166,11 +166,23 @@ def run_engine_bench(model_path: str, engines: Sequence[str], *, repeat: int = 2
     return table
 
 
+def random_job(rng: np.random.Generator, vocab: int, n: int, questions: int = 1):
+    """A ScoreJob of n random tokens (below `vocab`) after the BOS: the text, then
+    `questions` 9-token question suffixes, each a yes/no on tokens 3 and 4."""
+    from decider.engines import Branch, ScoreJob
+
+    ids = rng.integers(5, vocab, n).tolist()
+    text = n - 9 * questions
+    return ScoreJob((2, *ids[:text]), tuple(
+        Branch(tuple(ids[text + 9 * q:text + 9 * q + 9]), ((3,), (4,)))
+        for q in range(questions)))
+
+
 def _bench_engine(model_path: str, name: str, repeat: int, prompt_tokens: tuple[int, ...],
                   batch: int, batch_tokens: int, n_ctx: int, questions: int = 1
                   ) -> dict[str, float]:
     """One engine's column of run_engine_bench, in the process that calls it."""
-    from decider.engines import Branch, ScoreJob, load_engine
+    from decider.engines import load_engine
 
     kind, _, dtype = name.partition(":")
     options: dict = {"dtype": dtype} if dtype else {}
@@ -192,17 +204,8 @@ def _bench_engine(model_path: str, name: str, repeat: int, prompt_tokens: tuple[
                   f"{torch.cuda.memory_allocated() / 2**20:.1f} MiB", flush=True)
     rng = np.random.default_rng(0)
     vocab = min(engine.info.n_vocab, 1000)
-
-    def job(n: int) -> ScoreJob:
-        """n tokens: the text, then `questions` 9-token question suffixes."""
-        ids = rng.integers(5, vocab, n).tolist()
-        text = n - 9 * questions
-        return ScoreJob((2, *ids[:text]), tuple(
-            Branch(tuple(ids[text + 9 * q:text + 9 * q + 9]), ((3,), (4,)))
-            for q in range(questions)))
-
-    singles = {n: job(n) for n in prompt_tokens}
-    many = [job(batch_tokens) for _ in range(batch)]
+    singles = {n: random_job(rng, vocab, n, questions) for n in prompt_tokens}
+    many = [random_job(rng, vocab, batch_tokens, questions) for _ in range(batch)]
     col = {f"{questions} yes/no, {n} tokens (ms)": _median_ms(
         lambda j=j: engine.score([j]), repeat) for n, j in singles.items()}
     ms = _median_ms(lambda: engine.score(many), max(3, repeat // 4))

@@ -2,8 +2,9 @@
 (CUDA): one yes/no at 120 and at 2000 tokens, and 128 decisions of 256 tokens in one
 call. For each: wall time, the host-side layout alone, torch.profiler's top operations
 by device time, and for one job the call taken apart (`stages`). A Gemma 4 shape (QAT
-Q4_0 weights) runs its targets instead: one ~230-token text with 5 yes/no questions, and
-128 of them in one call.
+Q4_0 weights) runs its targets instead: one request of 230 tokens with 5 yes/no questions
+(a 185-token text and five 9-token questions, as `decider bench --prompt-tokens 230
+--questions 5` builds it), and 128 of them in one call.
 
     python scripts/profile_engine.py [SHAPE]     # gemma-3-270m (default), gemma-3-1b,
                                                  # gemma-4-e2b, ...
@@ -18,7 +19,8 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from decider.engines import Branch, ScoreJob, load_engine, random_gemma4
+from decider.bench import random_job
+from decider.engines import ScoreJob, load_engine, random_gemma4
 from decider.engines.passes import plan
 from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 from decider.engines.torch_engine import N_BATCH
@@ -74,10 +76,8 @@ def stages(one: ScoreJob) -> str:
 
 
 def job(n: int, questions: int = 1) -> ScoreJob:
-    """n tokens: a prefix, then `questions` yes/no branches of 9 tokens each."""
-    ids = rng.integers(5, 1000, n + 9 * (questions - 1)).tolist()
-    suffixes = [tuple(ids[n - 9 + 9 * q:n + 9 * q]) for q in range(questions)]
-    return ScoreJob((2, *ids[:n - 9]), tuple(Branch(s, ((3,), (4,))) for s in suffixes))
+    """n tokens after the BOS, as `decider bench` builds its jobs."""
+    return random_job(rng, 1000, n, questions)
 
 
 cases = ((("1 x 230 tokens, 5 questions", [job(230, 5)]),

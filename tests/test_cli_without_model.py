@@ -53,6 +53,20 @@ def test_bench_engines_times_the_prompt_lengths_asked_for(monkeypatch, capsys):
     assert all(v > 0 for v in rows.values())
 
 
+def test_the_bench_job_holds_its_questions_within_its_tokens():
+    """`--prompt-tokens 230 --questions 5`: 230 tokens after the BOS, of them a 185-token
+    text and five 9-token questions, each a yes/no; the same job the profile uses."""
+    import numpy as np
+
+    from decider.bench import random_job
+
+    job = random_job(np.random.default_rng(0), 1000, 230, 5)
+    assert len(job.prefix) == 1 + 185 and job.prefix[0] == 2
+    assert [len(b.suffix) for b in job.branches] == [9] * 5
+    assert all(b.candidates == ((3,), (4,)) for b in job.branches)
+    assert all(5 <= t < 1000 for b in job.branches for t in (*job.prefix[1:], *b.suffix))
+
+
 SERVE_FLAGS = [  # each was taken, or ended in a traceback after the model loaded
     (["--max-batch", "0"], "--max-batch: must be positive"),
     (["--max-queue", "0"], "--max-queue: must be positive"),

@@ -8,6 +8,7 @@ import argparse
 from ..cli import EXIT_OK, flag_config, load_options
 from ..errors import FieldViolation, InvalidRequest, ModelNotFound
 
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench import run_bench, run_engine_bench
     from ..bench_service import run_service_bench
