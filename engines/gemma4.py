@@ -139,8 +139,10 @@ class Gemma4(TextModel):
         final-normed hidden states [T, hidden], or of the tokens `rows` (int32, best
         ascending) alone: the layers that share earlier layers' K/V then compute those
         tokens only, as no later layer reads the others. cache: the prefix before these
-        tokens, which write=True extends with them once every layer has read it. No host
-        sync: a CUDA graph can hold it (cache None)."""
+        tokens, which write=True extends with them: at once for a layer no other reads,
+        for a donor once the shared layers have read its cache as it was. Only the
+        donors' K/V outlive their layer. No host sync: a CUDA graph can hold it (cache
+        None)."""
         cfg = self.cfg
         ids = meta[IDS]
         x, h = embed_rms_norm(self.embedding, ids, self.embed_scale, self.blocks[0].attn_norm,
@@ -151,7 +153,8 @@ class Gemma4(TextModel):
             ple = per_layer_inputs(proj, self.ple_table, ids, self.ple_proj_norm, cfg.eps,
                                    cfg.hidden).view(len(ids), cfg.layers, cfg.ple)
         rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
-        shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the donors' K/V
+        donors = cfg.donors()
         first_shared = cfg.layers - cfg.shared_kv
         picked = None  # (tokens, positions) once the layers compute `rows` alone
         counts = [len(ids) if rows is None or i < first_shared else len(rows)
@@ -167,8 +170,10 @@ class Gemma4(TextModel):
             norm_next = self.blocks[i + 1].attn_norm if i + 1 < len(self.blocks) else self.norm
             x, h, kv = block(x, h, norm_next, meta, rope[block.sliding], shared, cache, weights,
                              None if ple is None else ple[:, i], picked)
-            if kv is not None:
+            if kv is not None and i in donors:
                 shared[i] = kv
+            elif kv is not None and write:
+                cache.write(i, *kv)
         if write:  # after the shared layers read the donors' caches as they were
             for i, (k, v) in shared.items():
                 cache.write(i, k, v)

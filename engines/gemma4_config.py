@@ -57,6 +57,11 @@ class Gemma4Config:
         first = self.layers - self.shared_kv
         return max(i for i in range(first) if self.kinds[i] == self.kinds[layer])
 
+    def donors(self) -> set[int]:
+        """The layers whose keys and values shared layers read (E2B: its last two
+        non-shared layers; none without shared layers)."""
+        return {self.donor(i) for i in range(self.layers - self.shared_kv, self.layers)}
+
     def __post_init__(self) -> None:
         n = self.layers
         if min(self.vocab, self.hidden, self.heads, n, self.window, *self.head_dims) < 1 \

@@ -7,6 +7,7 @@ seeds are printed)."""
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import pytest
 import torch
@@ -116,6 +117,39 @@ def test_shared_layers_compute_the_rows_read_alone(tiny):
         [p.tokens for p in passes] if i < first_shared else [len(p.rows) for p in passes
                                                              if p.rows]
         for i in range(len(chunked.model.blocks))]
+
+
+def test_a_pass_keeps_no_layers_kv_past_it_but_the_donors(tiny):
+    """A layer's K/V is freed (written to the cache first, through it) once the next
+    layer has begun, unless a shared layer reads it: a pass's memory does not grow with
+    its layers (31B's layout keeps none). The loop's variable holds the last layer's K/V
+    into the next layer, so each layer checks those before the one before it."""
+    name, path, engine, *_ = tiny
+    donors = engine.model.cfg.donors()
+    assert donors == ({4, 3} if name == "e2b-like" else {5, 4} if name == "e4b-like" else set())
+    chunked = load_engine("triton", path, 256, device="cpu", n_batch=16)
+    kept, late = {}, []
+
+    def after(block, args, out):
+        if out[2] is not None:
+            kept[block.index] = weakref.ref(out[2][0])
+
+    def before(block, args):
+        late.extend((block.index, j) for j, k in kept.items()
+                    if j < block.index - 1 and j not in donors and k() is not None)
+
+    hooks = [h for e in (engine, chunked) for b in e.model.blocks
+             for h in (b.register_forward_hook(after), b.register_forward_pre_hook(before))]
+    rng = seeded("prompts")
+    job = ScoreJob((2, *rand_ids(rng, 40)), (rand_branch(rng, 3), rand_branch(rng, 1)))
+    try:
+        engine.score([job])
+        chunked.score([job])  # through the cache: the non-donors write as they finish
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(kept) == len(engine.model.blocks) - CONFIGS[name].get("shared_kv", 0)
+    assert late == []
 
 
 # -- each Gemma 4 difference, done the Gemma 3 way ---------------------------------------
