@@ -100,6 +100,7 @@ class Gemma4(TextModel):
         t = model.tensors
         self._set_head(t["token_embd.weight"], t.get("output.weight"), cfg.softcap)
         self.blocks = nn.ModuleList(Block(cfg, i, t, dtype) for i in range(cfg.layers))
+        self.donors = cfg.donors()  # the layers whose K/V a pass keeps to its end
         self.dense = DenseWeights(self.blocks, dtype)  # made again by to(), on the device
         self.register_buffer("norm", fp32(t["output_norm.weight"]))
         if cfg.ple:
@@ -154,7 +155,6 @@ class Gemma4(TextModel):
                                    cfg.hidden).view(len(ids), cfg.layers, cfg.ple)
         rope = {True: (self.cos_local, self.sin_local), False: (self.cos_global, self.sin_global)}
         shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the donors' K/V
-        donors = cfg.donors()
         first_shared = cfg.layers - cfg.shared_kv
         picked = None  # (tokens, positions) once the layers compute `rows` alone
         counts = [len(ids) if rows is None or i < first_shared else len(rows)
@@ -170,7 +170,7 @@ class Gemma4(TextModel):
             norm_next = self.blocks[i + 1].attn_norm if i + 1 < len(self.blocks) else self.norm
             x, h, kv = block(x, h, norm_next, meta, rope[block.sliding], shared, cache, weights,
                              None if ple is None else ple[:, i], picked)
-            if kv is not None and i in donors:
+            if kv is not None and i in self.donors:
                 shared[i] = kv
             elif kv is not None and write:
                 cache.write(i, *kv)
