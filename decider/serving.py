@@ -35,7 +35,8 @@ class Servers:
     def __init__(self, cfg: Config, metrics: Metrics) -> None:
         self.cfg = cfg
         self.metrics = metrics
-        self.frontend = Frontend(cfg.server.max_queue, cfg.limits)
+        self.frontend = Frontend(cfg.server.max_queue, cfg.limits,
+                                 cfg.server.request_timeout_seconds)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.http = None  # the System One HTTP front end, when [http] address is set
@@ -43,7 +44,7 @@ class Servers:
     async def start(self) -> None:
         cfg = self.cfg
         self.server = grpc_server(interceptors=[observer := Observer(
-            self.metrics, cfg.server.log_text)])
+            self.metrics, cfg.server.log_text)], shared=cfg.server.frontends > 1)
         catalog = Catalog(user_file=_path(cfg.paths.catalog),
                           cache_dir=_path(cfg.paths.cache_dir))
         pb_grpc.add_DeciderServicer_to_server(
