@@ -65,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--server", metavar="ADDRESS",
                      help="ask a running daemon (unix:///path or host:port) instead of "
                           "loading the model here")
+    run.add_argument("--timeout", type=_seconds, default=120.0, metavar="SECONDS",
+                     help="with --server: the deadline of each request (default 120)")
 
     serve = sub.add_parser("serve", help="run the gRPC daemon")
     serve.add_argument("--config", help="TOML configuration file (flags override it)")
@@ -224,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(e, InvalidRequest) and len(e.violations) > 1:
             for v in e.violations:
                 print(f"decider: {v.field}: {v.description}", file=sys.stderr)
+            print(f"decider: {e.reason}: {len(e.violations)} fields refused (above)",
+                  file=sys.stderr)
+            return exit_code(e)
         return report(e)
     except KeyboardInterrupt:
         return 130

@@ -2,7 +2,8 @@
 or a bad value is refused with the file, the key and the reason, before READY=1.
 
     [server]   listen, socket_group, max_queue, max_batch, frontends, grace_seconds,
-               engine_call_limit_seconds, metrics_port, log_format, log_level, log_text
+               request_timeout_seconds, engine_call_limit_seconds, metrics_port,
+               log_format, log_level, log_text
     [tls]      cert, key, client_ca, allow_insecure_tcp
     [model]    name, engine, n_ctx, threads, gpu_layers, gpu, dtype
     [limits]   what one request may ask (decider.questions.Limits): max_text_bytes,
@@ -39,7 +40,10 @@ class ServerSection:
     max_batch: int = 16
     frontends: int = 1  # front-end processes; past 1 they share TCP listeners (SO_REUSEPORT)
     grace_seconds: float = 20.0  # in-flight requests finish within this on SIGTERM
-    engine_call_limit_seconds: float = 120.0  # past it, WATCHDOG=1 is withheld
+    request_timeout_seconds: float = 120.0  # the deadline of a gRPC call sent without one
+    # an engine silent this long (no chunk of a call done, no answer to a ping between
+    # calls) is hung: killed and replaced
+    engine_call_limit_seconds: float = 120.0
     metrics_port: int | None = None
     log_format: str = "json"
     log_level: str = "info"
@@ -104,7 +108,7 @@ _CHOICES = {"log_format": ("json", "console", "auto"),
             "log_level": ("debug", "info", "warning", "error"),
             "dtype": ("", *DTYPES), "engine": ("", *ENGINES)}
 _POSITIVE = {"max_queue", "max_batch", "frontends", "grace_seconds",
-             "engine_call_limit_seconds",
+             "engine_call_limit_seconds", "request_timeout_seconds",
              *(f.name for f in fields(Limits))}
 # Flags (argparse dest) -> the key each overrides; the flag is --dest-with-dashes.
 FLAGS = {"listen": "server.listen", "max_queue": "server.max_queue",

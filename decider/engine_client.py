@@ -19,7 +19,7 @@ import zmq
 
 from .engine_loop import POLLIN, dumps
 from .engines import ScoreJob
-from .errors import DeciderError
+from .errors import DeadlineExceeded, DeciderError
 
 
 class EngineClient:
@@ -43,23 +43,39 @@ class EngineClient:
     def outstanding(self) -> int:
         return len(self._pending)
 
-    async def score(self, job: ScoreJob, deadline: float | None):
-        """(results, queue_ms, compute_ms) for one job; raises the engine's error for it."""
+    async def score(self, job: ScoreJob, deadline: float):
+        """(results, queue_ms, compute_ms) for one job; raises the engine's error for it,
+        or DeadlineExceeded at the deadline (time.monotonic()) whatever the engine does."""
         if self.down is not None:
             raise self.down
         rid = next(self._ids)
-        future = self._pending[rid] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = self._pending[rid] = loop.create_future()
+        timer = loop.call_later(deadline - time.monotonic(), self._expire, rid)
         self.idle.clear()
         self._send(("score", rid, deadline, time.monotonic(), job))
         try:
             return await future
         except asyncio.CancelledError:  # the caller went away: free its place
-            if self._pending.pop(rid, None) is not None:
-                self._send(("cancel", rid))
+            self._forget(rid)
             raise
         finally:
+            timer.cancel()
             if not self._pending:
                 self.idle.set()
+
+    def _expire(self, rid: int) -> None:
+        """The deadline passed with no outcome from the engine (it may be hung): the
+        request is refused here and dropped there."""
+        future = self._pending.get(rid)
+        if future is not None and not future.done():
+            future.set_exception(DeadlineExceeded(
+                "the deadline passed before the engine answered"))
+            self._forget(rid)
+
+    def _forget(self, rid: int) -> None:
+        if self._pending.pop(rid, None) is not None:
+            self._send(("cancel", rid))
 
     def fail_all(self, error: DeciderError) -> None:
         """The engine is gone: every pending request, and every later one, gets `error`."""

@@ -52,30 +52,34 @@ class _Waiting:
 
 class EngineLoop:
     def __init__(self, engine: Engine, *, max_batch: int, max_queue: int, limits: Limits,
-                 busy, metrics: Metrics) -> None:
+                 heartbeat, metrics: Metrics) -> None:
         self.engine = engine
         self.limits = limits
         self.metrics = metrics
         self.guard = LogitsGuard(engine.info.sentinel)
         self.max_batch = max_batch
         self.max_queue = max_queue
-        self.busy = busy  # shared double: monotonic start of the running call, 0 when idle
+        # shared double: time.monotonic() of the last sign of progress (a turn of the loop,
+        # a chunk of a call), read by the supervisor's liveness check
+        self.heartbeat = heartbeat
         self._waiting: dict[tuple[bytes, int], _Waiting] = {}  # arrival order
         self._running: dict[tuple[bytes, int], _Waiting] = {}  # in the engine call now
         self._replies: dict[bytes, list] = {}
 
     def serve(self, sock: zmq.Socket, control) -> int:
         """Until the supervisor says stop (then every accepted request is answered first),
-        or the engine fails; returns the process's exit code."""
+        or the engine fails; returns the process's exit code. The supervisor's pings only
+        wake the loop: its heartbeat is the answer."""
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(control, zmq.POLLIN)
         stopping = False
         while True:
             ready = dict(poller.poll(0 if self._waiting else None))
+            self.heartbeat.value = time.monotonic()
             if sock in ready:
                 self._receive(sock)
-            if control.fileno() in ready and control.poll():  # zmq gives back its fd
+            while control.fileno() in ready and control.poll():  # zmq gives back its fd
                 stopping = control.recv() == "stop" or stopping
             batch = self._take()
             failed = bool(batch) and self._call(batch, sock)
@@ -124,13 +128,14 @@ class EngineLoop:
 
     def _call(self, batch: list[_Waiting], sock: zmq.Socket) -> bool:
         """One engine call; True when the engine failed and must be replaced."""
-        self.busy.value = started = time.monotonic()
+        started = time.monotonic()
         self.metrics.engine_busy.set(1)
         self.metrics.engine_calls.inc()
         self.metrics.engine_requests.inc(len(batch))
         self._running = {(w.sender, w.rid): w for w in batch}
 
         def stop(i: int) -> DeciderError | None:
+            self.heartbeat.value = time.monotonic()  # a chunk done: progress
             self._receive(sock)  # cancellations sent since the call began
             self._flush(sock)  # and refusals of what arrived meanwhile go out now
             w = batch[i]
@@ -154,7 +159,6 @@ class EngineLoop:
             return error.kind == "internal"  # out of memory: that call only, no reload
         finally:
             self._running = {}
-            self.busy.value = 0.0
             self.metrics.engine_busy.set(0)
         compute_ms = 1000 * (time.monotonic() - started)
         for w, r in zip(batch, results, strict=True):

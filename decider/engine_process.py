@@ -76,7 +76,7 @@ def load_model(cfg: Config):
     return d
 
 
-def engine_main(cfg: Config, address: str, conn, busy) -> None:
+def engine_main(cfg: Config, address: str, conn, heartbeat) -> None:
     """The engine process: load, report ready (or why not), serve until told to stop."""
     _obey_the_supervisor_only()
     import zmq
@@ -99,7 +99,7 @@ def engine_main(cfg: Config, address: str, conn, busy) -> None:
     sock.bind(address)
     conn.send(("ready", ModelFacts.of(d)))
     loop = EngineLoop(d.engine, max_batch=cfg.server.max_batch, max_queue=cfg.server.max_queue,
-                      limits=cfg.limits, busy=busy, metrics=Metrics())
+                      limits=cfg.limits, heartbeat=heartbeat, metrics=Metrics())
     code = loop.serve(sock, conn)
     sock.close()
     d.close()
@@ -125,9 +125,12 @@ class EngineProcess:
     def __init__(self, cfg: Config, address: str) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.address = address
-        self.busy = ctx.Value("d", 0.0, lock=False)
+        self.heartbeat = ctx.Value("d", 0.0, lock=False)  # EngineLoop.heartbeat
+        self.ended_by: DeciderError | None = None  # why the supervisor killed it, if it did
+        self._pinged_at = 0.0
         self._conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=engine_main, args=(cfg, address, child, self.busy),
+        self.process = ctx.Process(target=engine_main, args=(cfg, address, child,
+                                                             self.heartbeat),
                                    name="decider-engine", daemon=True)
         self.process.start()
         child.close()
@@ -141,21 +144,39 @@ class EngineProcess:
         """The model's facts once loaded and warmed; raises what stopped it otherwise."""
         return await self._ready
 
+    def silence(self, now: float) -> float:
+        """Seconds the engine loop has left its supervisor's ping unanswered (0 once it
+        beat after the ping); a new ping goes out whenever the last one was answered, so
+        at most one waits in the pipe. The loop beats between calls and at every chunk of
+        a call, so a long call that progresses is never silent for long."""
+        if not self._ready.done() or self.ended.done():
+            return 0.0
+        if self.heartbeat.value >= self._pinged_at:
+            self._pinged_at = now
+            self._send("ping")
+            return 0.0
+        return now - self._pinged_at
+
     def stop(self) -> None:
         """Finish every accepted request, then exit."""
-        if not self.ended.done():
-            try:
-                self._conn.send("stop")
-            except OSError:  # it died and _on_exit has not run yet: that tells the end
-                pass
+        self._send("stop")
 
-    def kill(self) -> None:
+    def kill(self, why: DeciderError | None = None) -> None:
+        """SIGKILL (it ignores SIGTERM); `why` is what its requests are refused with."""
+        self.ended_by = self.ended_by or why
         if self.process.is_alive():
             self.process.kill()
 
     @property
     def pid(self) -> int | None:
         return self.process.pid
+
+    def _send(self, message: str) -> None:
+        if not self.ended.done():
+            try:
+                self._conn.send(message)
+            except OSError:  # it died and _on_exit has not run yet: that tells the end
+                pass
 
     def _on_message(self) -> None:
         try:

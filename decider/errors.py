@@ -168,6 +168,19 @@ class EngineDied(Unavailable):
                          "is starting: retry shortly", exit_code=exit_code)
 
 
+class EngineHung(Unavailable):
+    """The engine process showed no sign of progress for longer than its limit: it was
+    killed while holding the request, and a new one is starting."""
+
+    reason = "ENGINE_HUNG"
+
+    def __init__(self, silent_seconds: float, limit_seconds: float) -> None:
+        super().__init__(f"the engine process made no progress for {silent_seconds:.1f} s "
+                         f"(engine_call_limit_seconds {limit_seconds:g}) and was replaced "
+                         "while this request waited; retry shortly",
+                         silent_seconds=round(silent_seconds, 1), limit_seconds=limit_seconds)
+
+
 class ServerStopping(Unavailable):
     """The daemon is stopping and this request could not finish within the grace."""
 

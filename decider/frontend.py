@@ -38,20 +38,27 @@ class Served:
     client: EngineClient
 
     @classmethod
-    def open(cls, facts: ModelFacts, address: str, limits: Limits) -> Served:
-        from .engines.vocab import Vocab  # the model's own tokenizer, loaded vocab-only
-
-        vocab = Vocab(facts.info.model_path, present=True)
-        planner = Planner(vocab.tokenize, FORMATS[facts.prompt_format], facts.info.bos_id,
-                          facts.info.n_ctx, limits)
+    async def open(cls, facts: ModelFacts, address: str, limits: Limits) -> Served:
+        """The model's tokenizer is loaded in a thread (seconds for a large vocabulary;
+        llama.cpp lets go of the GIL), so health checks are answered meanwhile."""
+        planner = await asyncio.to_thread(_planner, facts, limits)
         return cls(facts, planner, EngineClient(address))
 
 
+def _planner(facts: ModelFacts, limits: Limits) -> Planner:
+    from .engines.vocab import Vocab  # the model's own tokenizer, loaded vocab-only
+
+    vocab = Vocab(facts.info.model_path, present=True)
+    return Planner(vocab.tokenize, FORMATS[facts.prompt_format], facts.info.bos_id,
+                   facts.info.n_ctx, limits)
+
+
 class Frontend:
-    def __init__(self, max_queue: int, limits: Limits) -> None:
+    def __init__(self, max_queue: int, limits: Limits, request_timeout: float) -> None:
         self.current: Served | None = None  # None while no engine is ready
         self.max_queue = max_queue
         self.limits = limits
+        self.request_timeout = request_timeout  # the deadline of a request without one
         self.accepting = True  # False while draining
         self._held: Counter[str] = Counter()  # places in the queue per TCP connection
         self._planning = ThreadPoolExecutor(min(8, os.cpu_count() or 1), "decider-plan")
@@ -112,9 +119,12 @@ class Frontend:
 
     async def submit(self, request: Request, deadline: float | None = None,
                      model: str = "", admitted: bool = False, caller: str = "") -> Outcome:
-        """The decision for a request; deadline in time.monotonic() seconds; admitted: its
-        place was granted with its batch; caller: who sent it, for the fair share.
-        Raises the DeciderError that refused it."""
+        """The decision for a request; deadline in time.monotonic() seconds (None: the
+        server's request_timeout from now); admitted: its place was granted with its
+        batch; caller: who sent it, for the fair share. Raises the DeciderError that
+        refused it."""
+        if deadline is None:
+            deadline = time.monotonic() + self.request_timeout
         served = self.current
         if not self.accepting or served is None:
             raise Unavailable("the service is not accepting requests (loading, reloading "

@@ -35,12 +35,12 @@ async def _serve(cfg: Config, conn) -> None:
     servers = Servers(cfg, Metrics())
     await servers.set_health(False)
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    messages: asyncio.Queue[tuple] = asyncio.Queue()  # handled in order, one at a time
 
     async def swap(message: tuple) -> None:
         old = servers.frontend.current
         if message[0] == "serve":
-            servers.frontend.current = Served.open(*message[1:])
+            servers.frontend.current = await Served.open(*message[1:])
         else:
             servers.frontend.current = None
             if old is not None:
@@ -53,24 +53,27 @@ async def _serve(cfg: Config, conn) -> None:
                                                         pid=os.getpid())
         await servers.set_health(servers.frontend.current is not None)
         if old is not None:  # the old engine answers what it holds, then goes
-            await old.client.idle.wait()
-            await old.client.close()
+            loop.create_task(_close_when_idle(old.client))
 
     def on_message() -> None:
         try:
             message = conn.recv()
         except (EOFError, OSError):  # the daemon is gone
             loop.remove_reader(conn.fileno())
-            return stop.set()
-        if message[0] == "stop":
-            stop.set()
-        else:
-            loop.create_task(swap(message))
+            message = ("stop",)
+        messages.put_nowait(message)
 
     loop.add_reader(conn.fileno(), on_message)
-    await stop.wait()
+    while (message := await messages.get())[0] != "stop":
+        await swap(message)
     await servers.drain(cfg.server.grace_seconds)
     await servers.close()
+
+
+async def _close_when_idle(client) -> None:
+    """Every request waits with a deadline, so the old engine's client is idle soon."""
+    await client.idle.wait()
+    await client.close()
 
 
 class FrontendWorker:

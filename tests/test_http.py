@@ -235,7 +235,7 @@ def test_health_metrics_request_ids_and_json_logs_without_the_text(served):
 def replaced(served, engine) -> list[int]:
     """/readyz's statuses, polled until a new engine process serves in place of `engine`."""
     seen, deadline = [], time.monotonic() + 120
-    while served.daemon.engine is engine or seen[-1:] != [200]:
+    while served.daemon.engine in (engine, None) or seen[-1:] != [200]:
         assert time.monotonic() < deadline, seen
         seen.append(httpx2.get(f"{served.url}/readyz").status_code)
         time.sleep(0.1)

@@ -12,10 +12,11 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers.daemon import DECIDER, spawn
+from helpers.daemon import DECIDER, health_status, spawn
 
 from decider import YesNo
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
@@ -94,21 +95,37 @@ def test_ready_only_once_a_decide_call_can_succeed(notified):
         assert 0 <= c.decide(TEXT, [YesNo("Refund?")]).answers[0].p_yes <= 1
 
 
-def test_watchdog_pings_stop_while_the_engine_hangs(notified):
+def test_a_hung_engine_is_replaced_and_the_watchdog_waits_for_its_replacement(notified):
+    """An engine call silent past engine_call_limit_seconds (1.5 s) is a hung engine: its
+    request is refused ENGINE_HUNG and the daemon replaces it, pinging on. The pings stop
+    only while no engine has served for longer than the limit (here the replacement's
+    warm-up hangs 5 s), and resume once it serves."""
     daemon, notify, _ = notified
     notify.wait_for("READY=1", timeout=120)
     pings = [t for t, line in notify.drain(2.0) if line == "WATCHDOG=1"]
     assert len(pings) >= 3
     assert max(b - a for a, b in zip(pings, pings[1:])) < 0.8  # every 0.5 s
 
-    daemon.fault_file.write_text("hang:5")  # the next engine call stalls 5 s (limit 1.5 s)
-    with DeciderClient(daemon.address, timeout=60) as c:
+    daemon.fault_file.write_text("hang:30")  # the next engine call stalls 30 s
+    with ThreadPoolExecutor(1) as pool, DeciderClient(daemon.address, timeout=60) as c:
         t0 = time.monotonic()
-        c.decide(TEXT, [YesNo("Refund?")])  # returns after the 5 s stall
-    during = [t for t, line in notify.seen if line == "WATCHDOG=1" and t0 + 2.0 < t < t0 + 4.5]
-    assert during == []  # withheld while the call ran past its limit
+        held = pool.submit(c.decide, TEXT, [YesNo("Refund?")])
+        while daemon.fault_file.exists():  # until the engine pass takes the fault
+            time.sleep(0.01)
+        daemon.fault_file.write_text("hang:5")  # for the replacement's warm-up pass
+        with pytest.raises(RemoteError) as info:
+            held.result()
+        killed = time.monotonic()
+    assert info.value.reason == "ENGINE_HUNG"
+    assert 1.5 < killed - t0 < 4.0
+    notify.drain(5.5)
+    during = [t for t, line in notify.seen if line == "WATCHDOG=1"
+              and killed + 2.0 < t < killed + 5.5]
+    assert during == []  # withheld while no engine served past the limit
+    while health_status(daemon.address) != "SERVING":
+        notify.drain(0.1)
     after = [t for t, line in notify.drain(1.5) if line == "WATCHDOG=1"]
-    assert len(after) >= 2  # progressing again
+    assert len(after) >= 2  # serving again
     assert "withholding the watchdog" in daemon.log()
 
 
@@ -210,4 +227,5 @@ def test_a_failed_reload_after_an_engine_failure_exits_1(tmp_path, model_path):
         c.decide(TEXT, [YesNo("Refund?")])
     assert info.value.reason == "ENGINE_RETURNED_NO_LOGITS"
     assert daemon.proc.wait(60) == 1
-    assert "reload failed; exiting for the service manager to restart" in daemon.log()
+    assert ("the replacement engine could not load; exiting for the service manager to "
+            "restart") in daemon.log()

@@ -31,7 +31,7 @@ def test_the_shipped_unit_under_a_real_systemd():
                     f"{WORKDIR / 'debootstrap.log'}")
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     for seen in ("StatusText=serving gemma-3-270m", "SERVING", "configuration reloaded",
-                 "Watchdog timeout",
+                 "engine replaced: MainPID still", "Watchdog timeout",
                  "restarted: MainPID", "Result=success", "ExecMainStatus=0", "valid JSON",
                  "all checks passed"):
         assert seen in out.stdout

@@ -105,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_remote(args: argparse.Namespace, work: list[str] | Request) -> int:
     from ..client import DeciderClient
 
-    with DeciderClient(args.server, timeout=None) as client:
+    with DeciderClient(args.server, timeout=args.timeout) as client:
         if isinstance(work, list):
             return _worst(jsonl.answer(lambda req: client.decide_request(req, args.model),
                                        work, Limits()))  # and the daemon's own limits

@@ -4,7 +4,8 @@
 # Needs root, debootstrap, unshare/nsenter (util-linux) and the package registries.
 # Builds WORKDIR/rootfs once (debootstrap, a few minutes), installs this checkout's
 # decider there with the shipped unit and config, boots systemd and checks: active after
-# READY, reload, a hung engine restarted by the watchdog, stop drains and exits 0,
+# READY, reload, a hung engine replaced by the daemon, a stuck daemon restarted by the
+# watchdog, stop drains and exits 0,
 # journal JSON lines. Prints what it saw; exits non-zero at the first failed check.
 set -euo pipefail
 work=$(realpath "$1")
@@ -111,18 +112,31 @@ for _ in $(seq 240); do [ "$(reloads)" -gt "$before" ] && break; sleep 0.5; done
 echo "configuration reloaded (journal)"
 wait_active
 
-say "a hung engine: the watchdog restarts the service"
+say "a hung engine: the daemon replaces it, the service stays active"
 in_ns sh -c 'echo hang:60 > /run/decider/fault'
-(in_ns timeout 20 /opt/decider/.venv/bin/decider run gemma-3-270m "text" -q "ok?" \
-  --server unix:///run/decider/decider.sock >/dev/null 2>&1 || true) &
-restarted=""
+in_ns timeout 20 /opt/decider/.venv/bin/decider run gemma-3-270m "text" -q "ok?" \
+  --server unix:///run/decider/decider.sock 2>&1 | tail -1 || true
 for _ in $(seq 60); do
+  in_ns journalctl -u decider --no-pager -o cat | grep -q '"engine replaced"' && break
+  sleep 1
+done
+in_ns journalctl -u decider --no-pager -o cat | grep -E '"engine replaced"|no progress' | tail -2
+[ "$(in_ns systemctl show decider -p MainPID --value)" = "$main1" ] || {
+  echo "the service restarted; the daemon should have replaced its engine"; exit 1; }
+wait_active
+in_ns /opt/decider/.venv/bin/decider health unix:///run/decider/decider.sock
+echo "engine replaced: MainPID still $main1"
+
+say "a stuck daemon: the watchdog restarts the service"
+in_ns sh -c 'kill -STOP $(systemctl show decider -p MainPID --value)'
+restarted=""
+for _ in $(seq 90); do
   sleep 1
   main=$(in_ns systemctl show decider -p MainPID --value)
   if [ "$main" != "$main1" ] && [ "$main" != 0 ]; then restarted=yes; break; fi
 done
 [ -n "$restarted" ] || { echo "no restart"; in_ns journalctl -u decider --no-pager | tail -20; exit 1; }
-in_ns journalctl -u decider --no-pager -o cat | grep -E "Watchdog timeout|watchdog" | tail -3 || true
+in_ns journalctl -u decider --no-pager | grep -E "Watchdog timeout|watchdog" | tail -3 || true
 wait_active
 echo "restarted: MainPID $main1 -> $(in_ns systemctl show decider -p MainPID --value)"
 
