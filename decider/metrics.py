@@ -18,6 +18,7 @@ MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 class Metrics:
     def __init__(self) -> None:
+        _check_multiprocess_mode()
         self.registry = r = CollectorRegistry()
         self.requests = Counter("decider_requests", "Decisions asked for, by outcome (OK or "
                                 "an error reason)", ["outcome"], registry=r)
@@ -54,6 +55,17 @@ class Metrics:
         """Start the HTTP endpoint in a thread; returns the port (0 picks a free one)."""
         server, _ = start_http_server(port, addr=addr, registry=self.exposed())
         return server.server_port
+
+
+def _check_multiprocess_mode() -> None:
+    """With PROMETHEUS_MULTIPROC_DIR set, values must go to its files: a process that
+    imported prometheus_client before the variable was set keeps them in memory, where
+    the endpoint never sees them."""
+    from prometheus_client import values
+
+    if os.environ.get(MULTIPROCESS_DIR) and values.ValueClass is values.MutexValue:
+        raise RuntimeError(f"prometheus_client was imported before {MULTIPROCESS_DIR} was "
+                           "set: this process's metrics would be lost")
 
 
 def process_ended(pid: int) -> None:

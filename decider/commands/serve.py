@@ -14,9 +14,21 @@ if TYPE_CHECKING:
     from ..config import Config
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import asyncio
     import shutil
     import tempfile
+
+    # the daemon's processes sum their metrics through files here (decider/metrics.py);
+    # prometheus_client reads this when it is first imported, which must come after
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir = tempfile.mkdtemp(
+        prefix="decider-metrics-")
+    try:
+        return _serve(args)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
 
     from ..config import FLAGS, check_socket_dirs, load_config, with_flags
     from ..listeners import check_listeners
@@ -37,16 +49,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from ..http.serve import check_http
 
         check_http(cfg)
-    # the daemon's processes sum their metrics through files here (decider/metrics.py);
-    # prometheus_client reads this when it is first imported, which must come after
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir = tempfile.mkdtemp(
-        prefix="decider-metrics-")
-    try:
-        from ..daemon import serve
+    from ..daemon import serve
 
-        return asyncio.run(serve(cfg, read))
-    finally:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return asyncio.run(serve(cfg, read))
 
 
 def cmd_health(args: argparse.Namespace) -> int:
