@@ -128,6 +128,11 @@ class Catalog:
         if (path / "config.json").is_file():
             return ModelEntry(name=path.resolve().name, source="file", path=str(path),
                               layout="checkpoint")
+        if name.endswith(".gguf") or os.sep in name:
+            what = ("is not a file" if path.exists() and name.endswith(".gguf") else
+                    "holds no config.json (not a checkpoint directory)" if path.is_dir()
+                    else "does not exist")
+            raise ModelNotFound(f"model path {name!r} {what}", model=name)
         raise ModelNotFound(
             f"unknown model {name!r}; known: {', '.join(sorted(self.entries))} "
             "(or give a path to a .gguf file or a checkpoint directory)",

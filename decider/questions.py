@@ -221,8 +221,12 @@ def request_from_dict(data: object, limits: Limits = Limits()) -> Request:
             q = _question_from_dict(bad, f"questions[{i}]", raw)
             if q is not None:
                 questions.append(q)
-    if bad:
-        raise InvalidRequest(bad)
+    if bad:  # the text's own faults too, not only the questions'
+        first: list[FieldViolation] = []
+        _check_text(first, "text", data.get("text", ""), limits.max_text_bytes, required=True)
+        _check_chars(first, "instructions", data.get("instructions", ""),
+                     limits.max_instructions_chars)
+        raise InvalidRequest(first + bad)
     return Request(
         text=data.get("text", ""),
         questions=tuple(questions),

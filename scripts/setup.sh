@@ -17,19 +17,27 @@ esac
 
 say() { echo "setup: $*" >&2; }
 
-# pip is silent while it compiles: a line a minute says the install is still going
-still_going() {
-  local start=$SECONDS
-  while sleep 60; do
-    say "still installing, $(( (SECONDS - start) / 60 )) min (compiling llama.cpp the first time takes about 8-10 min on 2 cores)"
-  done
-}
-
 say "creating .venv"
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
-say "installing decider[$extras] (the first time builds llama-cpp-python from source)"
+llama=$(sed -n 's/.*"\(llama-cpp-python==[^"]*\)".*/\1/p' pyproject.toml)
+if .venv/bin/python -m pip cache list --format=abspath "${llama/-cpp-python==/_cpp_python-}-*" \
+    2>/dev/null | grep -q .; then
+  building="$llama from pip's wheel cache"
+else
+  building="compiling $llama the first time: about 8-10 min on 2 cores"
+fi
+
+# pip is silent while it compiles: a line a minute says the install is still going
+still_going() {
+  local start=$SECONDS
+  while sleep 60; do
+    say "still installing, $(( (SECONDS - start) / 60 )) min ($building)"
+  done
+}
+
+say "installing decider[$extras] ($building)"
 still_going &
 ticker=$!
 trap 'kill "$ticker" 2>/dev/null' EXIT

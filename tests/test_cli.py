@@ -138,6 +138,8 @@ HUGE = "x" * (256 * 1024 + 1)
         (["run", "gemma-3-270m", "-", "-q", "Q?"], b"caf\xe9 \xff", "text: is not valid UTF-8"),
         (["run", "gemma-3-270m", b"caf\xe9", "-q", "Q?"], None, "text: is not valid UTF-8"),
         (["run", "no-such-model", "t", "-q", "Q?"], None, "MODEL_NOT_FOUND: unknown model"),
+        (["run", "/no/such/model.gguf", "t", "-q", "Q?"], None,
+         "MODEL_NOT_FOUND: model path '/no/such/model.gguf' does not exist"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--engine", "warp"], None,
          "--engine: must be one of llama, triton, reference, got 'warp'"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--n-ctx", "31"], None,
@@ -196,7 +198,7 @@ def test_every_jsonl_line_is_answered_in_order_with_its_number(run_cli, tmp_path
     assert ninth["error"]["violations"][0]["field"] == "line 9"
     assert sixth["error"]["violations"][0]["field"] == "questions[0].type"
     assert eighth["error"]["violations"][0]["field"] == "questions[0].type"
-    assert {v["field"] for v in seventh["error"]["violations"]} == {"a", "questions"}
+    assert {v["field"] for v in seventh["error"]["violations"]} == {"a", "questions", "text"}
 
 
 def test_answers_do_not_depend_on_label_order(decider):

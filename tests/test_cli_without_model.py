@@ -113,3 +113,19 @@ def without_a_model(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                          timeout=60, env={**os.environ, "DECIDER_CACHE_DIR": str(cache)})
     assert not list(cache.iterdir()), "a model was loaded"
     return out
+
+
+def test_a_bad_system_one_file_names_each_field_once(tmp_path):
+    """One line a refused field (no line per member of a union), then one summary line."""
+    path = tmp_path / "request.json"
+    path.write_text('{"model": "gemma-3-270m", "state": "x", "questions": {'
+                    '"a": {"type": "noul", "instructions": 5}, '
+                    '"b": {"type": "choice", "criteria": {"x": 5}}}}')
+    out = without_a_model(tmp_path, "run", "gemma-3-270m", "--systemone", str(path))
+    assert out.returncode == 2
+    assert out.stderr.decode().splitlines() == [
+        "decider: body.questions.a.noul.instructions: Input should be a string, an object "
+        "or an array",
+        "decider: body.questions.b.choice.criteria.x: Input should be a string, an object or "
+        "an array",
+        "decider: INVALID_REQUEST: 2 fields refused (above)"]

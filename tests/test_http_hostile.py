@@ -85,6 +85,9 @@ CASES = {
     "option names differing in case": (json.dumps(body(questions={"q": {
         "type": "choice", "criteria": {"Yes": None, "yes": "twice"}}})).encode(),
         ["body", "questions", "q", "choice", "criteria", "yes"], "value_error"),
+    "instructions neither text nor JSON": (json.dumps(body(questions={"q": {
+        "type": "noul", "instructions": 5}})).encode(),
+        ["body", "questions", "q", "noul", "instructions"], "content_type"),
     "a multi-line option name": (json.dumps(body(questions={"q": {
         "type": "choice", "criteria": {"a\nb": None, "c": None}}})).encode(),
         ["body", "questions", "q", "choice", "criteria", "a\nb"], "value_error"),
@@ -99,6 +102,11 @@ def test_a_bad_body_is_422_naming_the_field(served, name):
     errors = r.json()["detail"]
     assert any(e["loc"] == loc and e["type"] == kind and e["msg"] for e in errors), errors
     assert httpx2.get(f"{served.url}/healthz").status_code == 200
+
+
+def test_a_wrong_method_is_405_naming_the_allowed_one(served):
+    r = httpx2.get(f"{served.url}/v1/systemone", headers=AUTH, timeout=10)
+    assert (r.status_code, r.headers["allow"]) == (405, "POST")
 
 
 def test_the_limits_are_named_in_the_message(served):

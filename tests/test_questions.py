@@ -94,3 +94,9 @@ def test_request_from_dict_names_the_bad_field(data, field):
     with pytest.raises(InvalidRequest) as info:
         request_from_dict(data)
     assert field in {v.field for v in info.value.violations}
+
+
+def test_every_bad_field_is_named_at_once_the_text_beside_the_questions():
+    with pytest.raises(InvalidRequest) as info:
+        request_from_dict({"text": 5, "questions": "x"})
+    assert [v.field for v in info.value.violations] == ["text", "questions"]

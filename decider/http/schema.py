@@ -8,10 +8,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator, model_validator
+from pydantic_core import PydanticCustomError
+
+
+def _one_error(value, handler):
+    """One error for a value that is none of the three, not one per member of the union."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError("content_type", "Input should be a string, an object or "
+                                  "an array") from None
+
 
 # A state, an instruction or a criterion: text, or JSON rendered into the prompt.
-Content = str | dict[str, Any] | list[Any]
+Content = Annotated[str | dict[str, Any] | list[Any], WrapValidator(_one_error)]
 
 MAX_CHOICE_OPTIONS = 255  # published limits
 MAX_SCORE_LEVELS = 10
