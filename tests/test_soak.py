@@ -82,3 +82,29 @@ def test_a_minute_of_load_loses_and_mixes_nothing_and_leaks_nothing(daemon):
     assert set(report["after"]) == set(report["before"])  # the same engine process
     for name, pct in report["growth"].items():
         assert pct <= (MAX_FD_GROWTH if name.endswith("fds") else MAX_RSS_GROWTH), name
+
+
+def test_an_operators_day_under_load_loses_and_mixes_nothing(tmp_path, tiny):
+    """`scripts/soak.py --faults` for 30 s: 16 clients, a hostile one, a reload of a
+    changed config at 10 s (a new engine swapped in: no request fails) and the engine
+    killed at 20 s (what it held is refused UNAVAILABLE, a new one serves). Nothing is
+    lost or mixed, every hostile request gets its own status (or UNAVAILABLE while no
+    engine serves), and the only errors are UNAVAILABLE after the kill."""
+    config = tmp_path / "decider.toml"
+    config.write_text("[server]\nmax_batch = 16\n")
+    proc, address = soak.start_daemon(str(tiny), tmp_path, "--config", str(config),
+                                      "--threads", "1")
+    try:
+        report = asyncio.run(soak.faulted(address, proc.pid, config, clients=16, seconds=30))
+    finally:
+        proc.terminate()
+        assert proc.wait(60) == 0
+    print(soak.summary(report, 16))
+    t = report["tally"]
+    assert (t.lost, t.mixed, soak.unexpected(report)) == (0, 0, [])
+    assert set(soak.HOSTILE) == {what for _, what, _ in t.hostile}
+    assert [what for _, what in report["events"]] == ["reload", "kill"]
+    kill = report["events"][1][0]
+    assert any(code == "OK" and when > kill for when, code, _ in t.outcomes)  # served again
+    log = (tmp_path / "daemon.log").read_text()
+    assert '"configuration reloaded"' in log and "reloading the model after" in log
