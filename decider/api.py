@@ -85,7 +85,7 @@ class Decider:
         """Answer a System One request (docs/systemone.md): the JSON of POST /v1/systemone,
         as bytes, text or parsed; returns the response's JSON shape. A bad field raises
         InvalidRequest naming it (System One's place for it: body.questions.tone.criteria)."""
-        from .http.mapping import answer_here
+        from .systemone.mapping import answer_here
 
         return answer_here(self, body).model_dump(mode="json")
 

@@ -21,7 +21,7 @@ from .errors import DeciderError, FieldViolation
 from .questions import Question, Request
 from .v1 import decider_pb2 as pb
 from .v1 import decider_pb2_grpc as pb_grpc
-from .wire import CODES, decision_from_proto, request_to_proto
+from .service.convert import CODES, decision_from_proto, request_to_proto
 
 _KINDS = {code: kind for kind, code in CODES.items()}
 

@@ -45,12 +45,12 @@ rm -rf "$TRITON_CACHE_DIR"
 compiled() { find "$TRITON_CACHE_DIR" -name "*.json" ! -name "__grp__*" | sort; }
 frontends=${FRONTENDS:-1}
 listen=${LISTEN:-$([ "$frontends" = 1 ] && echo unix:///tmp/decider.sock || echo 127.0.0.1:50051)}
-python3 -m decider.cli serve --model "$model" --engine triton --listen "$listen" \
+python3 -m decider serve --model "$model" --engine triton --listen "$listen" \
   --http 127.0.0.1:8080 --max-batch "${MAX_BATCH:-128}" --max-queue "${MAX_QUEUE:-4096}" \
   --frontends "$frontends" > "$out/daemon.log" 2>&1 &
 daemon=$!
 t0=$SECONDS
-until python3 -m decider.cli health "$listen" 2>/dev/null | grep -q SERVING; do
+until python3 -m decider health "$listen" 2>/dev/null | grep -q SERVING; do
   kill -0 $daemon 2>/dev/null || { tail -30 "$out/daemon.log"; exit 1; }
   sleep 0.5
 done
@@ -61,7 +61,7 @@ python3 - "$listen" <<'EOF' 2>&1 | tee -a "$out/bench_daemon.txt"
 # the first calls after READY: none may pay a compilation
 import asyncio, sys, time
 import grpc
-from decider.bench_service import requests
+from decider.bench.daemon import requests
 from decider.v1 import decider_pb2_grpc as pb_grpc
 from decider.wire import request_to_proto
 async def main():
@@ -74,11 +74,11 @@ async def main():
             print(f"first calls after READY: {n} requests at once, {1000 * (time.perf_counter() - t0):.1f} ms")
 asyncio.run(main())
 EOF
-python3 -m decider.cli bench "$model" --engine triton --server "$listen" \
+python3 -m decider bench "$model" --engine triton --server "$listen" \
   --clients "${CLIENTS:-1,64,256,1024}" --per-client "${PER_CLIENT:-40}" \
   --client-processes "${PROCS:-8}" --max-batch "${MAX_BATCH:-128}" 2>&1 \
   | tee -a "$out/bench_daemon.txt" | tail -12
-python3 -m decider.cli bench --server http://127.0.0.1:8080 --clients 1,64 \
+python3 -m decider bench --server http://127.0.0.1:8080 --clients 1,64 \
   --per-client "${PER_CLIENT:-40}" 2>&1 | tee "$out/bench_http.txt" | tail -6
 compiled | comm -13 /tmp/compiled-at-ready - > /tmp/compiled-after-ready
 xargs -r -n1 basename < /tmp/compiled-after-ready | sed 's/^/compiled after READY: /' \

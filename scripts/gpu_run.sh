@@ -42,7 +42,7 @@ fi
 bench_in() {  # $1: a package's directory; the rest: what picks the weights
   local side=$1
   shift
-  (cd "$side" && PYTHONPATH=$side:/tmp/site python3 -m decider.cli bench "$@" \
+  (cd "$side" && PYTHONPATH=$side:/tmp/site python3 -m decider bench "$@" \
     --engines "${ENGINES:-triton,reference:bfloat16}" --n-ctx "${N_CTX:-32768}" \
     --repeat "${REPEAT:-10}" ${BENCH_ARGS:-} 2>&1)
 }

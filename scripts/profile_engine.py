@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from decider.bench import random_job
+from decider.bench.engines import random_job
 from decider.engines import ScoreJob, load_engine, random_gemma4
 from decider.engines.passes import plan
 from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3

@@ -39,7 +39,7 @@ from decider import Choice, Label, MultiLabel, Request, Scale, YesNo
 from decider.client import _remote_error
 from decider.v1 import decider_pb2 as pb
 from decider.v1 import decider_pb2_grpc as pb_grpc
-from decider.wire import request_to_proto
+from decider.service.convert import request_to_proto
 
 TEXTS = [
     "I was charged twice for my order, please refund me.",
@@ -316,7 +316,7 @@ def make_tiny(source: Path, out: Path) -> Path:
 def start_daemon(model: str, tmp: Path, *flags: str) -> tuple[subprocess.Popen, str]:
     """`decider serve --model MODEL` on a unix socket in tmp, once it is SERVING."""
     address = f"unix://{tmp}/soak.sock"
-    proc = subprocess.Popen([sys.executable, "-P", "-m", "decider.cli", "serve", "--model", model,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "decider", "serve", "--model", model,
                              "--listen", address, *flags],
                             stdout=(tmp / "daemon.log").open("w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from decider.catalog import Catalog, ModelEntry
-from decider.cli import main
+from decider.commands import main
 from decider.engine_choice import choose_engine
 from decider.errors import ConfigError, ModelCorrupt, ModelNotFound
 

@@ -41,7 +41,7 @@ def test_bench_shape_gives_random_weights_a_tokenizer_only_for_llama(monkeypatch
 def test_bench_engines_times_the_prompt_lengths_asked_for(monkeypatch, capsys):
     """`decider bench --engines --shape --prompt-tokens`: one row per length, then the
     batch row, for each engine (here the torch engine on the CPU, in its own process)."""
-    from decider.cli import main
+    from decider.commands import main
 
     tiny_shape(monkeypatch, vocab=1024)
     assert main(["bench", "--engines", "triton", "--shape", "tiny", "--prompt-tokens",
@@ -58,7 +58,7 @@ def test_the_bench_job_holds_its_questions_within_its_tokens():
     text and five 9-token questions, each a yes/no; the same job the profile uses."""
     import numpy as np
 
-    from decider.bench import random_job
+    from decider.bench.engines import random_job
 
     job = random_job(np.random.default_rng(0), 1000, 230, 5)
     assert len(job.prefix) == 1 + 185 and job.prefix[0] == 2

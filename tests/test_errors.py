@@ -9,7 +9,7 @@ import pytest
 
 from decider import errors
 from decider.http.errors import STATUS
-from decider.wire import CODES
+from decider.service.convert import CODES
 
 
 def every_error() -> list[type[errors.DeciderError]]:

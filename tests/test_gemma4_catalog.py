@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from decider import Decider, YesNo
 from decider.catalog import CHECKPOINT_FILES, Catalog
-from decider.cli import main
+from decider.commands import main
 from decider.engine_choice import choose_engine
 from decider.engines import host
 from decider.engines.random_gemma4 import write_gemma4

@@ -25,10 +25,10 @@ from decider import YesNo
 from decider.answers import Outcome
 from decider.client import AsyncDeciderClient
 from decider.config import HttpSection, ServerSection
-from decider.http.mapping import parse_body, to_decider
+from decider.systemone.mapping import parse_body, to_decider
 from decider.questions import Limits
 from decider.v1 import decider_pb2_grpc as pb_grpc
-from decider.wire import decision_from_proto, request_to_proto
+from decider.service.convert import decision_from_proto, request_to_proto
 
 AUTH = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
 LATE = json.dumps({"model": MODEL, "state": "The parcel is late.", "questions": {

@@ -1,4 +1,4 @@
-"""A property of the HTTP body parser (decider.http.mapping): on any bytes or JSON value it
+"""A property of the HTTP body parser (decider.systemone.mapping): on any bytes or JSON value it
 either returns a request decider accepts or refuses with field errors, each naming its
 place under "body", never anything else. The seed is printed; HYPOTHESIS_SEED=N replays."""
 
@@ -11,7 +11,7 @@ import random
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from decider.http.mapping import BadBody, parse_body, to_decider
+from decider.systemone.mapping import BadBody, parse_body, to_decider
 from decider.questions import Limits
 
 SEED = int(os.environ.get("HYPOTHESIS_SEED", random.randrange(2**32)))

@@ -23,10 +23,11 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from decider.cli import flag_config, parser
+from decider.commands import flag_config
+from decider.commands.parser import parser
 from decider.commands.run import run_input
 from decider.config import parse_config
-from decider.jsonl import request_at
+from decider.commands.jsonl import request_at
 from decider.errors import ConfigError, InvalidRequest
 from decider.questions import QUESTION_TYPES, Limits, Request, request_from_dict
 
@@ -98,7 +99,7 @@ def test_a_request_as_json_data(data):
 # -- protobuf ------------------------------------------------------------------------------
 
 pb = pytest.importorskip("decider.v1.decider_pb2")
-from decider.wire import request_from_proto  # noqa: E402  (read-only use of the service's)
+from decider.service.convert import request_from_proto  # noqa: E402  (read-only use of the service's)
 
 wire_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40)
 pb_labels = st.lists(st.builds(pb.Label, name=wire_text, description=wire_text), max_size=5)

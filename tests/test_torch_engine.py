@@ -172,7 +172,8 @@ def test_a_tensor_type_it_cannot_hold_exactly_is_refused_at_load(tmp_path, rng):
 
 
 def test_nothing_outside_the_engines_imports_torch_at_import_time():
-    code = ("import sys, decider, decider.api, decider.cli, decider.engines, decider.daemon; "
+    code = ("import sys, decider, decider.api, decider.commands.parser, decider.engines, "
+            "decider.service.daemon; "
             "print(sorted({'torch', 'transformers', 'gguf', 'triton', 'llama_cpp'} & "
             "set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

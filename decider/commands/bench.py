@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import EXIT_OK, flag_config, load_options
+from . import EXIT_OK, flag_config, load_options
 from ..errors import FieldViolation, InvalidRequest, ModelNotFound
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..bench import run_bench, run_engine_bench
-    from ..bench_service import run_service_bench
+    from ..bench.engines import run_bench, run_engine_bench
+    from ..bench.daemon import run_service_bench
 
     cfg = flag_config(args)
     if args.engines:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..cli import EXIT_OK
+from . import EXIT_OK
 
 def cmd_models(args: argparse.Namespace) -> int:
     from ..catalog import Catalog

@@ -8,8 +8,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from .. import jsonl
-from ..cli import EXIT_OK, exit_code, flag_config, load_options
+from . import jsonl
+from . import EXIT_OK, exit_code, flag_config, load_options
 from ..errors import DeciderError, FieldViolation, InvalidRequest
 from ..questions import Choice, Label, Limits, MultiLabel, Question, Request, Scale, YesNo
 
@@ -116,7 +116,7 @@ def _run_remote(args: argparse.Namespace, work: list[str] | Request) -> int:
 
 def _run_systemone(args: argparse.Namespace, cfg: Config) -> int:
     from ..api import Decider
-    from ..http.mapping import parse_body
+    from ..systemone.mapping import parse_body
 
     if args.text is not None or args.question is not None or args.jsonl or args.server:
         raise InvalidRequest([FieldViolation("--systemone", "cannot be combined with TEXT, "

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..cli import EXIT_OK, EXIT_REFUSED, flag_config
+from . import EXIT_OK, EXIT_REFUSED, flag_config
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -31,7 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from ..config import FLAGS, check_socket_dirs, load_config, with_flags
-    from ..listeners import check_listeners
+    from ..service.listeners import check_listeners
     from ..logs import configure
 
     flag_config(args)  # a bad flag is refused before the file is even read
@@ -49,7 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
         from ..http.serve import check_http
 
         check_http(cfg)
-    from ..daemon import serve
+    from ..service.daemon import serve
 
     return asyncio.run(serve(cfg, read))
 

@@ -15,8 +15,8 @@ from starlette.responses import Response
 
 from .. import __version__
 from ..errors import DeciderError, InvalidRequest, ModelNotFound, Unavailable
-from ..frontend import Frontend
-from ..metrics import Metrics
+from ..service.frontend import Frontend
+from ..service.metrics import Metrics
 from .auth import Keys, digest
 from .body import read_body
 from .errors import (
@@ -26,9 +26,9 @@ from .errors import (
     json_response,
     refusal,
 )
-from .front import Front
-from .mapping import BadBody, parse_body, to_decider
-from .schema import (
+from .observer import Front
+from ..systemone.mapping import BadBody, parse_body, to_decider
+from ..systemone.schema import (
     ModelCard,
     ModelList,
     Refusal,

@@ -29,8 +29,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config import Config
 from ..errors import ConfigError
-from ..frontend import Frontend
-from ..metrics import Metrics
+from ..service.frontend import Frontend
+from ..service.metrics import Metrics
 from .app import Settings, build_app
 from .auth import Keys
 

@@ -21,7 +21,7 @@ from grpc_status import rpc_status
 
 # `decider` as a process: -P keeps the checkout's directory off sys.path, where its
 # kernels/ would shadow the `kernels` package that transformers imports
-DECIDER = (sys.executable, "-P", "-m", "decider.cli")
+DECIDER = (sys.executable, "-P", "-m", "decider")
 
 
 @dataclass

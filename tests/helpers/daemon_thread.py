@@ -1,4 +1,4 @@
-"""The real daemon for tests: decider.daemon.Daemon, with its engine process (spawned, the
+"""The real daemon for tests: decider.service.daemon.Daemon, with its engine process (spawned, the
 real gemma-3-270m on llama.cpp), its gRPC listener on a unix socket and its HTTP listener,
 run in an event loop of its own thread, so that a test talks to it with blocking clients
 (TypeSafe's SDK, httpx2, gRPC stubs, raw sockets) as an application would.
@@ -29,7 +29,7 @@ from decider.config import (
     PathsSection,
     ServerSection,
 )
-from decider.daemon import Daemon
+from decider.service.daemon import Daemon
 
 KEY = "test-key-0123456789abcdef"  # what clients send
 MODEL = "gemma-3-270m"

@@ -1,32 +1,14 @@
-"""The `decider` command. Answers go to stdout; logs, progress and errors to stderr.
-
-Exit codes: 0 success; 2 usage and validation errors (bad flag, bad field, unknown
-model, bad load-time setting); 1 refusals (over the window) and engine errors.
-Never interactive: with no TEXT and a terminal on stdin it refuses instead of waiting.
-"""
+"""The `decider` command line: every command's flags, and the types that check them."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Sequence
-from importlib import import_module
-from typing import TYPE_CHECKING
 
-from . import __version__
-from .engines import DTYPES
-from .errors import DeciderError, InvalidRequest
-from .questions import Limits
-
-if TYPE_CHECKING:
-    from .config import Config
-
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
-
-
-def exit_code(error: DeciderError) -> int:
-    return EXIT_USAGE if error.kind in ("invalid", "not_found") else EXIT_REFUSED
+from .. import __version__
+from ..engines import DTYPES
+from ..questions import Limits
+from . import EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +18,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="decider", description=__doc__.splitlines()[0])
+    p = _Parser(prog="decider", description="Typed decisions about a text from the "
+                "label-token logits of a local language model.")
     p.add_argument("--version", action="version", version=f"decider {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="log more (-v info, -vv debug) to stderr")
@@ -182,60 +165,3 @@ def _counts(least: int):
                                              f"{least}, comma-separated")
         return counts
     return parse
-
-
-def flag_config(args: argparse.Namespace) -> Config:
-    """The flags given, checked as the config file's keys are (a bad one exits 2 naming
-    it, before anything loads). `run` and `bench` take MODEL as an argument, not a flag."""
-    from .config import FLAGS, Config, with_flags
-
-    skip = () if args.command == "serve" else ("model",)
-    return with_flags(Config(), {dest: getattr(args, dest, None) for dest in FLAGS
-                                 if dest not in skip})
-
-
-def load_options(cfg: Config) -> dict:
-    m = cfg.model
-    opts = {"engine": m.engine or None, "n_ctx": m.n_ctx or None}
-    if m.threads:
-        opts["n_threads"] = m.threads
-    if m.dtype:
-        opts["dtype"] = m.dtype
-    return opts
-
-
-def report(error: DeciderError) -> int:
-    print(f"decider: {error.reason}: {error.message}", file=sys.stderr)
-    return exit_code(error)
-
-
-# each command's module in decider/commands, which holds its cmd_<command>(args)
-COMMANDS = {"run": "run", "serve": "serve", "health": "serve", "models": "models",
-            "pull": "models", "bench": "bench"}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    from .logs import configure
-
-    configure(level=["warning", "info", "debug"][min(args.verbose, 2)], stream=sys.stderr)
-    try:
-        module = import_module(f"decider.commands.{COMMANDS[args.command]}")
-        return getattr(module, f"cmd_{args.command}")(args)
-    except DeciderError as e:
-        if isinstance(e, InvalidRequest) and len(e.violations) > 1:
-            for v in e.violations:
-                print(f"decider: {v.field}: {v.description}", file=sys.stderr)
-            print(f"decider: {e.reason}: {len(e.violations)} fields refused (above)",
-                  file=sys.stderr)
-            return exit_code(e)
-        return report(e)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as a shell would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,19 +12,19 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .answers import Decision, Outcome, Usage
+from ..answers import Decision, Outcome, Usage
 from .engine_client import EngineClient
 from .engine_process import ModelFacts
-from .errors import (
+from ..errors import (
     FieldViolation,
     InvalidRequest,
     ModelNotFound,
     QueueFull,
     Unavailable,
 )
-from .plan import Plan, Planner
-from .prompts import FORMATS
-from .questions import Limits, Request
+from ..plan import Plan, Planner
+from ..prompts import FORMATS
+from ..questions import Limits, Request
 
 INLINE_TEXT = 2048  # characters planned on the loop: ~0.15 ms with the cached pieces
 
@@ -46,7 +46,7 @@ class Served:
 
 
 def _planner(facts: ModelFacts, limits: Limits) -> Planner:
-    from .engines.vocab import Vocab  # the model's own tokenizer, loaded vocab-only
+    from ..engines.vocab import Vocab  # the model's own tokenizer, loaded vocab-only
 
     vocab = Vocab(facts.info.model_path, present=True)
     return Planner(vocab.tokenize, FORMATS[facts.prompt_format], facts.info.bos_id,

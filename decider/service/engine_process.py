@@ -18,9 +18,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config
-from .engines import EngineInfo
-from .errors import DeciderError, EngineFailure
+from ..config import Config
+from ..engines import EngineInfo
+from ..errors import DeciderError, EngineFailure
 
 EXIT_LOAD_REFUSED, EXIT_LOAD_FAILED = 2, 1
 
@@ -41,7 +41,7 @@ class ModelFacts:
     @classmethod
     def of(cls, d) -> ModelFacts:
         """The facts of a loaded Decider."""
-        from .prompts import TEMPLATE_VERSION
+        from ..prompts import TEMPLATE_VERSION
 
         info = d.engine.info
         mtime = Path(info.model_path).stat().st_mtime
@@ -52,9 +52,9 @@ class ModelFacts:
 
 def load_model(cfg: Config):
     """Load, hash and warm the model the config names; returns the Decider."""
-    from .api import Decider
-    from .catalog import Catalog
-    from .questions import YesNo
+    from ..api import Decider
+    from ..catalog import Catalog
+    from ..questions import YesNo
 
     m, paths = cfg.model, cfg.paths
     if m.gpu:
@@ -82,7 +82,7 @@ def engine_main(cfg: Config, address: str, conn, heartbeat) -> None:
     import zmq
 
     from .engine_loop import EngineLoop
-    from .logs import configure
+    from ..logs import configure
     from .metrics import Metrics
 
     configure(level=cfg.server.log_level, fmt=cfg.server.log_format, stream=sys.stdout)

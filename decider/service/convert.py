@@ -7,7 +7,7 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from .answers import (
+from ..answers import (
     Answer,
     ChoiceAnswer,
     Decision,
@@ -17,11 +17,11 @@ from .answers import (
     Usage,
     YesNoAnswer,
 )
-from . import __version__
-from .errors import DeciderError, FieldViolation, InvalidRequest
-from .prompts import TEMPLATE_VERSION
-from .questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo
-from .v1 import decider_pb2 as pb
+from .. import __version__
+from ..errors import DeciderError, FieldViolation, InvalidRequest
+from ..prompts import TEMPLATE_VERSION
+from ..questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo
+from ..v1 import decider_pb2 as pb
 
 DOMAIN = "decider.v1"
 CODES = {

@@ -13,16 +13,16 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .catalog import Catalog
-from .config import Config
-from .errors import ServerStopping
+from ..catalog import Catalog
+from ..config import Config
+from ..errors import ServerStopping
 from .frontend import Frontend
 from .listeners import bind, grpc_server
 from .metrics import Metrics
-from .observer import Observer
-from .service import DeciderService
-from .v1 import decider_pb2 as pb
-from .v1 import decider_pb2_grpc as pb_grpc
+from .interceptor import Observer
+from .servicer import DeciderService
+from ..v1 import decider_pb2 as pb
+from ..v1 import decider_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("decider.server")
 
@@ -57,7 +57,7 @@ class Servers:
             bind(self.server, cfg, addr)
         await self.server.start()
         if cfg.http.address:
-            from .http.serve import serve_http
+            from ..http.serve import serve_http
 
             self.http = await serve_http(cfg, self.frontend, self.metrics)
 

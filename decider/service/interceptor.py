@@ -16,9 +16,9 @@ import grpc
 import structlog
 from grpc_status import rpc_status
 
-from .errors import DeciderError, FieldViolation, InvalidRequest
+from ..errors import DeciderError, FieldViolation, InvalidRequest
 from .metrics import Metrics
-from .wire import error_status, internal_status
+from .convert import error_status, internal_status
 
 log = structlog.get_logger("decider.server")
 

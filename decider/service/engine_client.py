@@ -18,8 +18,8 @@ import time
 import zmq
 
 from .engine_loop import POLLIN, dumps
-from .engines import ScoreJob
-from .errors import DeadlineExceeded, DeciderError
+from ..engines import ScoreJob
+from ..errors import DeadlineExceeded, DeciderError
 
 
 class EngineClient:

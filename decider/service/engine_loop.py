@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import structlog
 import zmq
 
-from .engines import Engine, ScoreJob
-from .errors import Cancelled, DeadlineExceeded, DeciderError, EngineFailure, QueueFull
-from .guard import LogitsGuard, guarded_score
+from ..engines import Engine, ScoreJob
+from ..errors import Cancelled, DeadlineExceeded, DeciderError, EngineFailure, QueueFull
+from ..guard import LogitsGuard, guarded_score
 from .metrics import Metrics
-from .plan import check_work
-from .questions import Limits
+from ..plan import check_work
+from ..questions import Limits
 
 log = structlog.get_logger("decider.engine")
 

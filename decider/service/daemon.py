@@ -34,16 +34,16 @@ from pathlib import Path
 
 import structlog
 
-from .config import Config
+from ..config import Config
 from .engine_loop import EXIT_ENGINE_FAILED
 from .engine_process import EngineProcess
-from .errors import EngineDied, EngineHung
+from ..errors import EngineDied, EngineHung
 from .frontend import Served
-from .frontend_worker import FrontendWorker
+from .workers import FrontendWorker
 from .listeners import check_listeners, claim_addresses
-from .logs import configure
+from ..logs import configure
 from .metrics import Metrics, process_ended
-from .serving import Servers
+from .servers import Servers
 from .systemd import Notifier
 
 log = structlog.get_logger("decider.server")

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import grpc
 
-from .config import Config, socket_path
-from .errors import ConfigError
+from ..config import Config, socket_path
+from ..errors import ConfigError
 
 MAX_MESSAGE_BYTES = 4 * 2**20
 

@@ -7,7 +7,7 @@ the limit. Each client sends one request after another: yes/no on the same ~N-to
 family the engine rate uses. With --model (the daemon's model, loaded here in-process)
 the engine's rate on those requests is measured too, in batches of --max-batch, and the
 ratio service / engine printed beside each row. An http:// or https:// address measures
-the System One HTTP API instead (decider.http.load, one process).
+the System One HTTP API instead (decider.bench.http_load, one process).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from .questions import Request, YesNo
+from ..questions import Request, YesNo
 
 WORDS = ("order parcel refund late broken screen price paid twice delivery support email "
          "account password login error charge card bank customer invoice").split()
@@ -36,8 +36,8 @@ def requests(tokens: int, n: int) -> list[Request]:
 async def _drive(address: str, clients: int, per_client: int, tokens: int) -> dict:
     import grpc
 
-    from .v1 import decider_pb2_grpc as pb_grpc
-    from .wire import request_to_proto
+    from ..v1 import decider_pb2_grpc as pb_grpc
+    from ..service.convert import request_to_proto
 
     protos = [request_to_proto(r) for r in requests(tokens, 64)]
     channels = [grpc.aio.insecure_channel(address) for _ in range(min(8, clients))]
@@ -112,7 +112,7 @@ def engine_rate(model: str, tokens: int, max_batch: int, repeat: int = 15, **opt
     """Decisions/s of the model's engine in this process: engine.score on batches of
     max_batch of the bench's requests, planned beforehand, the engine warmed up as the
     daemon's is: what the daemon could deliver at best."""
-    from .api import Decider
+    from ..api import Decider
 
     with Decider(model, **options) as d:
         jobs = [d.plan(r).job for r in requests(tokens, max_batch)]
@@ -133,7 +133,7 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
         import json
         import urllib.request
 
-        from .http.load import http_load
+        from .http_load import http_load
 
         with urllib.request.urlopen(f"{address}/v1/models") as reply:  # the served name
             served = json.load(reply)["models"][0]["name"]

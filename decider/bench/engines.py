@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .api import Decider
-from .catalog import Catalog
-from .prompts import FORMATS, plan_branches, prompt_text
-from .questions import YesNo
+from ..api import Decider
+from ..catalog import Catalog
+from ..prompts import FORMATS, plan_branches, prompt_text
+from ..questions import YesNo
 
 WORDS = ("order parcel refund late broken screen price paid twice delivery support email "
          "account password login error charge card bank customer invoice").split()

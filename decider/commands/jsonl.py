@@ -9,9 +9,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .answers import Decision
-from .errors import DeciderError, FieldViolation, InvalidRequest
-from .questions import Limits, Request, request_from_dict
+from ..answers import Decision
+from ..errors import DeciderError, FieldViolation, InvalidRequest
+from ..questions import Limits, Request, request_from_dict
 
 
 def read_file(path: str, flag: str) -> bytes:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .catalog import Catalog
-from .errors import DeciderError
+from ..catalog import Catalog
+from ..errors import DeciderError
 from .frontend import Frontend
-from .observer import Observer, request_id
-from .v1 import decider_pb2 as pb
-from .v1 import decider_pb2_grpc as pb_grpc
-from .wire import item_error, request_from_proto, response_to_proto
+from .interceptor import Observer, request_id
+from ..v1 import decider_pb2 as pb
+from ..v1 import decider_pb2_grpc as pb_grpc
+from .convert import item_error, request_from_proto, response_to_proto
 
 
 def deadline_of(context) -> float | None:

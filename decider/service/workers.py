@@ -17,11 +17,11 @@ import sys
 
 import structlog
 
-from .config import Config
+from ..config import Config
 
 
 def worker_main(cfg: Config, conn) -> None:
-    from .logs import configure
+    from ..logs import configure
 
     configure(level=cfg.server.log_level, fmt=cfg.server.log_format, stream=sys.stdout)
     asyncio.run(_serve(cfg, conn))
@@ -30,7 +30,7 @@ def worker_main(cfg: Config, conn) -> None:
 async def _serve(cfg: Config, conn) -> None:
     from .frontend import Served
     from .metrics import Metrics
-    from .serving import Servers
+    from .servers import Servers
 
     servers = Servers(cfg, Metrics())
     await servers.set_health(False)

@@ -14,7 +14,7 @@ import uuid
 import structlog
 from prometheus_client import Counter, Histogram
 
-from ..metrics import Metrics
+from ..service.metrics import Metrics
 
 log = structlog.get_logger("decider.http")
 DECIDE = "/v1/systemone"
