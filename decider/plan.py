@@ -92,13 +92,13 @@ class Planner:
 
 
 def check_work(engine: Engine, job: ScoreJob, limits: Limits) -> None:
-    """The work bound, before any compute: the tokens the engine's layout places for the
-    job (it plans a loaded model's layout; the window check above does not need one).
+    """The work bound, before any compute: the job's cost in the engine's work measure
+    (it plans a loaded model's layout; the window check above does not need one).
     A job whose work ceiling is within the bound needs no layout: most jobs, and the
     layout costs the engine thread more than the ceiling's sum."""
     if job.work_ceiling() <= limits.max_work_tokens:
         return
-    work = engine.placed_tokens(job)
+    work = engine.work_tokens(job)
     if work > limits.max_work_tokens:
         raise WorkTooLarge(work, limits.max_work_tokens)
 

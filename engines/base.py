@@ -14,6 +14,14 @@ import numpy as np
 
 Tokens = tuple[int, ...]
 
+# The work measure (Engine.work_tokens) is engine time in tokens of a long decode. An
+# engine that decodes step by step adds DECODE_TOKENS for each decode (its fixed cost:
+# the call's set-up, the output head's weights read for its rows) and OUTPUT_TOKENS for
+# each row of logits (a 262,144-row head on a 640-wide model costs about one token's
+# layers). Measured with llama.cpp and gemma-3-270m on 2 CPU cores (docs/benchmarks.md).
+DECODE_TOKENS = 6
+OUTPUT_TOKENS = 1
+
 
 @dataclass(frozen=True, slots=True)
 class Branch:
@@ -49,9 +57,12 @@ class ScoreJob:
         return len(self.prefix) + max(b.positions() + 1 for b in self.branches)
 
     def work_ceiling(self) -> int:
-        """At least the tokens any engine's layout places for the job (placed_tokens):
-        the prefix, the suffix and the label again for every candidate label."""
-        return sum(len(self.prefix) + len(b.suffix) + len(c)
+        """At least any engine's work_tokens for the job, for a sum: every candidate as a
+        sequence of its own (prefix, suffix, label), each label token also as a row of
+        logits, and three decodes a candidate (a layout makes at most one for the prefix
+        and one for each branch and each label path)."""
+        per_decode = 3 * DECODE_TOKENS
+        return sum(len(self.prefix) + len(b.suffix) + len(c) * (1 + OUTPUT_TOKENS) + per_decode
                    for b in self.branches for c in b.candidates)
 
 
@@ -130,9 +141,11 @@ class Engine(Protocol):
         tokens stay text. special=True parses them, for the prompt template's own
         markers (`<start_of_turn>`) and nothing else."""
 
-    def placed_tokens(self, job: ScoreJob) -> int:
-        """The tokens a score call places for `job` in this engine's layout: the measure
-        of the work bound, checked before any compute. Never above job.work_ceiling()."""
+    def work_tokens(self, job: ScoreJob) -> int:
+        """What a score call of `job` costs this engine, in tokens of a long decode: the
+        tokens its layout places, and what the engine's calls cost beyond them
+        (DECODE_TOKENS, OUTPUT_TOKENS). The measure of the work bound, checked before
+        any compute. Never above job.work_ceiling()."""
 
     def warm_up(self, max_batch: int) -> None:
         """Run, before the daemon says READY, every shape of call up to max_batch jobs

@@ -2,9 +2,10 @@
 
 One job = one text, laid out by llama_layout.py: its prefix decoded once as sequence 0,
 each question branch either as sequences of its own sharing the prefix cells of a
-unified KV cache (several branches and label paths per decode), or, when the prefix is
-too long for the bounded sliding-window cache to share, appended to sequence 0 and
-rolled back, the prefix's last window held by a guard sequence meanwhile.
+unified KV cache (several branches and label paths per decode, each suffix decoded
+once), or, when the prefix is too long for the bounded sliding-window cache to share,
+appended to sequence 0 and rolled back, the prefix's last window held by a guard
+sequence meanwhile.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import structlog
 
 from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 
-from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Stop, Tokens,
-                   check_windows, label_trie, resolve_n_ctx)
+from .base import (DECODE_TOKENS, OUTPUT_TOKENS, BranchResult, EngineInfo, NodeLogits,
+                   ScoreJob, Stop, Tokens, check_windows, label_trie, resolve_n_ctx)
 from .faults import begin_pass
 from .llama_lib import captured_log, kv_caches, load_model, tokenizer_of
 from .llama_layout import (Copy, Decode, Entry, Remove, Step, alone_steps, shared_groups,
@@ -32,6 +33,7 @@ from .llama_layout import (Copy, Decode, Entry, Remove, Step, alone_steps, share
 log = structlog.get_logger("decider.engines.llama")
 
 SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
+
 
 class LlamaEngine:
     name = "llama"
@@ -142,12 +144,15 @@ class LlamaEngine:
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         return self._tokenize(text, special)
 
-    def placed_tokens(self, job: ScoreJob) -> int:
-        """The tokens of every decode the job's layout makes: in the shared layout a
-        branch's suffix is placed again in every group its leaves span, in the alone
-        layout again before each of its label paths."""
+    def work_tokens(self, job: ScoreJob) -> int:
+        """The tokens and rows of logits of the job's decodes, and each decode's fixed
+        cost. A decode longer than n_batch runs as several llama_decode calls: the fixed
+        cost of those past the first (DECODE_TOKENS in n_batch tokens) is left out."""
         tries = [label_trie(b.candidates) for b in job.branches]
-        return sum(len(s.entries) for s in self._steps(job, tries) if isinstance(s, Decode))
+        decodes = [s.entries for s in self._steps(job, tries) if isinstance(s, Decode)]
+        return sum(len(entries) + DECODE_TOKENS
+                   + OUTPUT_TOKENS * sum(e.out is not None for e in entries)
+                   for entries in decodes)
 
     def warm_up(self, max_batch: int) -> None:
         """Nothing to run: llama.cpp builds each call's compute graph as it goes and

@@ -5,10 +5,14 @@ llama.cpp reuses a cell of its bounded sliding-window cache only when exactly on
 sequence holds it and the window has moved past it for that sequence; a cell that
 several sequences share is kept until all but one let go. Two layouts follow from that:
 
-- shared: each branch (each label-trie leaf) is a sequence of its own, sharing the prefix
-  cells; up to `n_parallel` of them ride in one decode as a token tree. The prefix cells
-  are shared, so none is ever reused: the layout is valid while the prefix plus one
-  group's tokens fit the cells of every cache (`room`).
+- shared: each label-trie leaf of a branch is a sequence of its own, sharing the prefix
+  cells; up to `n_parallel` of them ride in one decode as a token tree. A branch's suffix
+  is decoded once, with its first group of leaves; where its leaves go on into later
+  groups, sequence 0 takes over the suffix's cells and those groups start from copies of
+  it, decoding only their label tokens. Every cell a decode finds is held by sequence 0
+  and by the copies of the group, so none is ever reused: the layout is valid while the
+  prefix, the suffix carried over and one group's tokens fit the cells of every cache
+  (`room`).
 - alone: one sequence. The prefix is decoded once; each branch is appended to it, read,
   and rolled back; each label path below a branch likewise, from the branch's end. The
   last window of the prefix is also held by a guard sequence, so no decode can reuse
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from .base import ScoreJob, Tokens, trie_leaves
 
 PREFIX_SEQ = 0
-GUARD_SEQ = 1  # the alone layout's guard; the shared layout's first branch sequence
+GUARD_SEQ = 1  # the alone layout's guard; the shared layout's first leaf sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,59 +73,79 @@ Step = Decode | Copy | Remove
 
 def shared_groups(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: int,
                   room: int) -> list[list[tuple[int, Tokens]]] | None:
-    """(branch, leaf) pairs packed into decodes of at most n_parallel sequences whose
-    tokens fit the cells the prefix leaves free; None when one leaf alone does not fit."""
+    """(branch, leaf) pairs, each branch's leaves in token order (siblings together),
+    packed into decodes of at most n_parallel sequences. A group's cells are the prefix,
+    the suffix of a branch carried over from the group before, and its own tokens: all
+    within `room`. None when one leaf alone does not fit."""
     free = room - len(job.prefix)
-    groups: list[list[tuple[int, Tokens]]] = [[]]
-    placed: set[tuple[int, Tokens]] = set()  # (branch, node) already fed in the group
-    used = 0
+    groups: list[list[tuple[int, Tokens]]] = []
+    placed: set[tuple[int, Tokens]] = set()  # (branch, node) the group holds
+    used = 0  # cells the group holds past the prefix
     for bi, branch in enumerate(job.branches):
-        for leaf in trie_leaves(tries[bi]):
-            alone = len(branch.suffix) + len(leaf)
-            if alone > free:
+        suffix = len(branch.suffix)
+        for leaf in sorted(trie_leaves(tries[bi])):
+            if suffix + len(leaf) > free:
                 return None
-            cost = len(branch.suffix) * ((bi, ()) not in placed) + sum(
-                (bi, leaf[:k]) not in placed for k in range(1, len(leaf) + 1))
-            if groups[-1] and (len(groups[-1]) == n_parallel or used + cost > free):
+            nodes = [(bi, leaf[:k]) for k in range(len(leaf) + 1)]
+            cost = suffix * (nodes[0] not in placed) + sum(n not in placed for n in nodes[1:])
+            if not groups or len(groups[-1]) == n_parallel or used + cost > free:
+                carried = bool(groups) and groups[-1][-1][0] == bi
                 groups.append([])
-                placed.clear()
-                used, cost = 0, alone
+                placed = {nodes[0]} if carried else set()
+                used = suffix if carried else 0
+                cost = len(leaf) + (0 if carried else suffix)
             groups[-1].append((bi, leaf))
-            placed.update((bi, leaf[:k]) for k in range(len(leaf) + 1))
+            placed.update(nodes)
             used += cost
     return groups
 
 
 def shared_steps(job: ScoreJob, groups: list[list[tuple[int, Tokens]]]) -> Iterator[Step]:
     """The shared layout: the first group rides with the prefix (one decode for one
-    question), later groups start as copies of the prefix sequence (no data copied)."""
+    question); later groups start as copies of sequence 0 (no data copied). A branch whose
+    leaves go on into the next group leaves its suffix to sequence 0, whose copies then
+    start past it: each suffix is decoded once."""
+    n = len(job.prefix)
+    held = None  # the branch whose suffix sequence 0 holds past the prefix
     for i, group in enumerate(groups):
-        seqs = tuple(range(1, 1 + len(group)))
-        entries = _tree(job, group)
+        seqs = {pair: 1 + k for k, pair in enumerate(group)}
+        entries = _tree(job, seqs, held)
         if i == 0:
-            entries = [Entry(t, p, (PREFIX_SEQ, *seqs), None)
+            entries = [Entry(t, p, (PREFIX_SEQ, *seqs.values()), None)
                        for p, t in enumerate(job.prefix)] + entries
         else:
-            yield from (Copy(PREFIX_SEQ, seq) for seq in seqs)
+            yield from (Copy(PREFIX_SEQ, s, -1, -1 if bi == held else n)
+                        for (bi, _), s in seqs.items())
         yield Decode(tuple(entries))
-        yield from (Remove(seq) for seq in seqs)
+        last = group[-1][0]
+        keep = last if i + 1 < len(groups) and groups[i + 1][0][0] == last else None
+        if held is not None and held != keep:
+            yield Remove(PREFIX_SEQ, n)
+            held = None
+        if keep is not None and held is None:
+            yield Copy(seqs[group[-1]], PREFIX_SEQ, n, n + len(job.branches[keep].suffix))
+            held = keep
+        yield from (Remove(s) for s in seqs.values())
 
 
-def _tree(job: ScoreJob, group: list[tuple[int, Tokens]]) -> list[Entry]:
+def _tree(job: ScoreJob, seqs: dict[tuple[int, Tokens], int], held: int | None
+          ) -> list[Entry]:
     """The token tree of one group: each token carries the sequences of the leaves below
-    it; parents come before children, so every sequence stays consecutive."""
+    it; parents come before children, so every sequence stays consecutive. The suffix of
+    the branch sequence 0 holds (`held`) is in the copies already."""
     entries: list[Entry] = []
     base = len(job.prefix)
-    for bi in dict.fromkeys(bi for bi, _ in group):
+    for bi in dict.fromkeys(bi for bi, _ in seqs):
         suffix = job.branches[bi].suffix
-        ends = {leaf: 1 + i for i, (b, leaf) in enumerate(group) if b == bi}
-        every = tuple(ends.values())
-        for k, tok in enumerate(suffix):
-            entries.append(Entry(tok, base + k, every, (bi, ()) if k == len(suffix) - 1 else None))
+        ends = {leaf: s for (b, leaf), s in seqs.items() if b == bi}
+        if bi != held:
+            every = tuple(ends.values())
+            entries += [Entry(tok, base + k, every, (bi, ()) if k == len(suffix) - 1 else None)
+                        for k, tok in enumerate(suffix)]
         paths = sorted({leaf[:k] for leaf in ends for k in range(1, len(leaf) + 1)}, key=len)
         for path in paths:
-            seqs = tuple(s for leaf, s in ends.items() if leaf[: len(path)] == path)
-            entries.append(Entry(path[-1], base + len(suffix) + len(path) - 1, seqs, (bi, path)))
+            below = tuple(s for leaf, s in ends.items() if leaf[: len(path)] == path)
+            entries.append(Entry(path[-1], base + len(suffix) + len(path) - 1, below, (bi, path)))
     return entries
 
 

@@ -73,7 +73,7 @@ class ReferenceEngine:
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         return self._vocab.tokenize(text, special)
 
-    def placed_tokens(self, job: ScoreJob) -> int:
+    def work_tokens(self, job: ScoreJob) -> int:
         """Each label path is a sequence of its own: prefix, suffix and path each time."""
         return sum(len(job.prefix) + len(b.suffix) + len(leaf) for b in job.branches
                    for leaf in trie_leaves(label_trie(b.candidates)))

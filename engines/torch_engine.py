@@ -100,7 +100,7 @@ class TorchEngine:
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         return self._vocab.tokenize(text, special)
 
-    def placed_tokens(self, job: ScoreJob) -> int:
+    def work_tokens(self, job: ScoreJob) -> int:
         return tree_size(job)  # one token tree a job
 
     def warm_up(self, max_batch: int) -> None:

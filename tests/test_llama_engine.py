@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from decider.engines import Branch, ScoreJob, label_trie, load_engine
-from decider.engines.base import trie_leaves
+from decider.engines import Branch, ScoreJob, load_engine
 from decider.errors import ConfigError, PromptTooLong
 from decider.scoring import answer_log_probs, build_candidates
 
-from helpers.plain_llama import PlainContext, plain_llama, plain_rows
+from helpers.plain_llama import plain_llama, plain_rows
 
 # The plain decodes use the engine's batches (the prefix with the first branch, later
 # branches appended to the kept prefix), flash attention setting and weight layout:
@@ -128,49 +127,6 @@ def test_a_shared_prefix_gives_the_logits_of_separate_plain_passes(serial, engin
     # several branches per decode: llama.cpp's batch-shape noise only
     [batched] = engine.score([ScoreJob(prefix, branches)])
     for [a], [b] in zip(shared, batched):
-        np.testing.assert_allclose(softmax(a.logits), softmax(b.logits), atol=P_TOL)
-
-
-@pytest.mark.parametrize("prefix_words", [30, 700])
-def test_a_many_label_choice_gives_the_logits_of_plain_passes(serial, engine, model_path,
-                                                              rng, prefix_words):
-    """64 labels of two words sharing first tokens, then a yes/no question. One label path
-    a decode (serial): the first rides with the prefix and the choice's suffix, each later
-    one is decoded alone on a copy of the sequence holding them, as a plain sequence of
-    the prefix, the suffix and that path decodes it; the yes/no after the prefix alone."""
-    tok = serial.tokenize
-    seconds = words(20, 0).split()  # one token each
-    names = rng.choice([f"{w} {v}" for w in ("refund", "late", "card", "screen")
-                        for v in dict.fromkeys(seconds)], 64, replace=False)
-    cands = build_candidates([[f" {n}"] for n in names], tok, tuple(tok("\n")))
-    choice = Branch(tuple(tok(f"Question: What is it?\nOptions: {', '.join(names)}\nAnswer:")),
-                    cands.sequences)
-    yes_no = Branch(tuple(tok("Question: Is it late?\nAnswer:")), ((tok(" yes")[0],), (3,)))
-    prefix = (serial.info.bos_id, *tok(f"Text: {words(prefix_words, prefix_words)}\n\n"))
-    [[nodes, [yn]]] = serial.score([ScoreJob(prefix, (choice, yes_no))])
-    leaves = sorted(trie_leaves(label_trie(choice.candidates)))  # the engine's order
-    assert len(leaves) == 64 and len(prefix) + len(choice.suffix) < serial.room
-    plain = PlainContext(model_path, 4096, 512, n_seq_max=2)
-    try:
-        base = prefix + choice.suffix
-        first = plain.rows(base + leaves[0])[len(base) - 1:]
-        want = {leaves[0][:k]: first[k] for k in range(len(leaves[0]) + 1)}
-        plain.start(base)
-        for leaf in leaves[1:]:
-            for k, row in enumerate(plain.probe(len(base), leaf, WINDOW), 1):
-                want.setdefault(leaf[:k], row)
-        plain.start(prefix)
-        want_yn = plain.probe(len(prefix), yes_no.suffix, WINDOW)[-1]
-    finally:
-        plain.close()
-    assert sorted(n.path for n in nodes) == sorted(want)
-    for node in nodes:
-        np.testing.assert_allclose(node.logits, want[node.path][list(node.token_ids)],
-                                   atol=LOGIT_TOL)
-    np.testing.assert_allclose(yn.logits, want_yn[list(yn.token_ids)], atol=LOGIT_TOL)
-    # two label paths a decode: llama.cpp's batch-shape noise only
-    [[batched, _]] = engine.score([ScoreJob(prefix, (choice, yes_no))])
-    for a, b in zip(nodes, batched, strict=True):
         np.testing.assert_allclose(softmax(a.logits), softmax(b.logits), atol=P_TOL)
 
 

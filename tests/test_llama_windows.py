@@ -12,6 +12,7 @@ import pytest
 
 from decider.engines import Branch, ScoreJob, label_trie, load_engine
 from decider.engines.base import trie_leaves
+from decider.engines.llama_layout import Decode, shared_groups, shared_steps
 from decider.engines.random_gguf import Q4_K_M, T, write_tiny_gemma3
 
 from helpers.plain_llama import PlainContext
@@ -71,23 +72,53 @@ def random_job(rng, prefix_len: int, questions: int, window_tokens: int | None =
     return ScoreJob((2, *ids(prefix_len - 1)), branches)
 
 
+def many_labels(rng, n: int) -> tuple[tuple[int, ...], ...]:
+    """n labels of 2-4 tokens ending in token 7 (so none is a prefix of another), their
+    first tokens drawn from 4 and the next from 5 (124 labels at most): long shared
+    paths, as "topic 1", "topic 12", ... make."""
+    heads, middles = np.split(rng.choice(np.arange(8, VOCAB), 9, replace=False), [4])
+    labels: set[tuple[int, ...]] = set()
+    while len(labels) < n:
+        body = (rng.choice(heads), *rng.choice(middles, rng.integers(0, 3)))
+        labels.add(tuple(int(t) for t in body) + (7,))
+    return tuple(sorted(labels, key=lambda _: rng.random()))
+
+
+def choice_job(rng, prefix_len: int, labels: int, yes_no: int = 3) -> ScoreJob:
+    """A many-label choice with a suffix longer than the window (it lists the labels), a
+    branch of multi-token labels and yes/no branches after it: groups that carry the
+    choice over, and groups that mix branches."""
+    def ids(n):
+        return tuple(int(t) for t in rng.integers(8, VOCAB, n))
+
+    a, b = ids(2)
+    branches = (Branch(ids(int(rng.integers(WINDOW + 1, 2 * WINDOW))), many_labels(rng, labels)),
+                Branch(ids(9), ((a, b, 7), (a, 7), (b, 7))),
+                *(Branch(ids(int(rng.integers(3, 12))), ((5,), (6,))) for _ in range(yes_no)))
+    return ScoreJob((2, *ids(prefix_len - 1)), branches)
+
+
 def expected_nodes(llm, job: ScoreJob):
     """Per branch, per trie node: the row of a plain one-sequence decode of the prefix,
     then of the suffix and label path (as one decode after the prefix, rolled back after:
-    PlainContext.probe; as a fresh sequence where that is longer than a decode)."""
+    PlainContext.probe). Where that is longer than a decode, the suffix but its last
+    token is decoded once after the prefix, and the rest probed after it."""
     out = []
     llm.start(job.prefix)
     for branch in job.branches:
         trie = label_trie(branch.candidates)
+        leaves = trie_leaves(trie)
+        head, tail = (), branch.suffix
+        if len(branch.suffix) + max(map(len, leaves)) > N_BATCH:
+            head, tail = branch.suffix[:-1], branch.suffix[-1:]
+            llm.extend(head, len(job.prefix))
         rows = {}
-        for leaf in trie_leaves(trie):
-            piece = branch.suffix + leaf
-            r = (llm.probe(len(job.prefix), piece, WINDOW) if len(piece) <= N_BATCH
-                 else llm.rows(job.prefix, piece)[len(job.prefix):])
-            rows.update({leaf[:k]: r[len(branch.suffix) - 1 + k] for k in range(len(leaf) + 1)})
+        for leaf in leaves:
+            r = llm.probe(len(job.prefix) + len(head), tail + leaf, WINDOW)
+            rows.update({leaf[:k]: r[len(tail) - 1 + k] for k in range(len(leaf) + 1)})
         out.append(rows)
-        if len(branch.suffix) + max(map(len, trie_leaves(trie))) > N_BATCH:
-            llm.start(job.prefix)  # rows() began a fresh sequence
+        if head:
+            llm.start(job.prefix)  # the prefix alone again
     return out
 
 
@@ -122,6 +153,31 @@ def test_every_prefix_length_around_the_window_is_answered_as_plain_decodes(
                        job.branches)
     with pytest.raises(AssertionError, match="prefix"):
         check(engine, plain, job, changed)
+
+
+@pytest.mark.parametrize("labels", [64, 100])
+def test_many_label_choices_are_answered_as_plain_decodes_on_both_sides_of_the_room(
+        engine, plain, rng, labels):
+    """Prefixes around the window, the longest the shared layout takes for the job (the
+    choice's suffix decoded once, held by sequence 0 while its leaves go on in later
+    groups) and one token past it (the alone layout), against plain one-sequence decodes
+    of every label path."""
+    job = choice_job(rng, N_CTX // 2, labels)
+    tries = [label_trie(b.candidates) for b in job.branches]
+    edge = engine.room - max(len(b.suffix) + len(leaf) for b, trie in zip(job.branches, tries)
+                             for leaf in trie_leaves(trie))
+    for n in (WINDOW - 1, WINDOW, WINDOW + 1, edge, edge + 1):
+        cut = ScoreJob(job.prefix[:n], job.branches)
+        groups = shared_groups(cut, tries, 4, engine.room)
+        assert (groups is None) == (n > edge)
+        if groups is not None:
+            decoded = sum(len(s.entries) for s in shared_steps(cut, groups)
+                          if isinstance(s, Decode))
+            label_tokens = sum(len({(b, leaf[:k]) for b, leaf in g
+                                    for k in range(1, len(leaf) + 1)}) for g in groups)
+            assert decoded == n + sum(len(b.suffix) for b in job.branches) + label_tokens
+            assert sum(any(b == 0 for b, _ in g) for g in groups) > 4  # carried over
+        check(engine, plain, cut)
 
 
 def test_the_shared_layout_holds_until_the_sliding_cells_run_out(engine):

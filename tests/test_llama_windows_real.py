@@ -1,8 +1,9 @@
 """The real gemma-3-270m through the llama.cpp engine as it is loaded by default (n_ctx
 8192, four branch sequences, flash attention on): every prompt length around the 512-token
 window's multiples up to n_ctx is answered, with p_yes within the engine's tolerance of a
-plain one-sequence decode of the same tokens, and the KV memory it reports is the bounded
-sliding-window arithmetic. Slow: about 420,000 prompt tokens on the CPU.
+plain one-sequence decode of the same tokens (slow: about 420,000 prompt tokens on the
+CPU), a choice of many labels gives the logits of plain decodes in the same batches, and
+the KV memory it reports is the bounded sliding-window arithmetic.
 
 The plain decode runs without flash attention: with it, llama.cpp's logits depend on how
 the prefix was cut into decodes (two cuttings of one 5,631-token prefix gave p_yes 0.05
@@ -16,10 +17,9 @@ import pytest
 
 from decider.engines import Branch, ScoreJob, label_trie, load_engine
 from decider.engines.base import trie_leaves
+from decider.scoring import build_candidates
 from helpers.plain_llama import PlainContext
 from helpers.real_prompts import words
-
-pytestmark = pytest.mark.slow
 
 N_CTX, WINDOW, N_BATCH, N_PARALLEL = 8192, 512, 512, 4
 # flash attention's fp16 sums against exact ones, on this base model and these texts
@@ -28,6 +28,7 @@ N_CTX, WINDOW, N_BATCH, N_PARALLEL = 8192, 512, 512, 4
 # so 0.3. The layout's own arithmetic is proven exactly on the tiny model
 # (test_llama_windows.py); here: every length answered, near the plain decode.
 P_TOL, CHOICE_TOL = 0.12, 0.3
+LOGIT_TOL = 1e-4  # the engine against plain decodes of the same batches (test_llama_engine)
 KIB = 1024  # K and V of one cell in one layer: 1 KV head x 256 dims x 2 x fp16
 
 
@@ -84,6 +85,7 @@ def plain_nodes(plain: PlainContext, at: int, branch: Branch):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3600)  # about 200,000 prompt tokens each on the CPU
 @pytest.mark.parametrize("questions", [1, 4])
 def test_every_length_around_the_window_fits_and_matches_plain_decodes(
@@ -115,6 +117,52 @@ def test_every_length_around_the_window_fits_and_matches_plain_decodes(
     print(f"{len(gaps)} branches, |p gap| median {np.median(gaps):.4f} max {max(gaps):.4f}")
 
 
+@pytest.mark.parametrize("prefix", [WINDOW // 8, 2 * WINDOW])  # inside the window, past it
+def test_a_many_label_choice_gives_the_logits_of_plain_passes(model_path, rng, prefix):
+    """A yes/no question, then 64 labels of three words sharing first tokens. One label
+    path a decode (n_parallel 1): the yes/no rides with the prefix, the choice's suffix
+    and first path follow, each later path is decoded alone on a copy of the sequence
+    holding prefix and suffix: as a plain sequence of prefix, suffix and path decodes it,
+    in the same batches and cells (flash attention on in both)."""
+    serial = load_engine("llama", model_path, 4096, n_parallel=1)
+    tok = serial.tokenize
+    seconds = ("order parcel price paid twice delivery support email account password login "
+               "error charge bank week store reply box return size").split()  # a token each
+    names = rng.choice([f"{w} {v} issue" for w in ("refund", "late", "card", "screen")
+                        for v in seconds], 64, replace=False)  # 64 two-token label paths
+    cands = build_candidates([[f" {n}"] for n in names], tok, tuple(tok("\n")))
+    choice = Branch(tuple(tok(f"Question: What is it?\nOptions: {', '.join(names)}\nAnswer:")),
+                    cands.sequences)
+    yes_no = Branch(tuple(tok("Question: Is it late?\nAnswer:")), ((tok(" yes")[0],), (3,)))
+    text = (serial.info.bos_id, *tok(words(rng, 2 * prefix)))[:prefix]
+    n, s = len(text), len(choice.suffix)
+    try:
+        [[[yn], nodes]] = serial.score([ScoreJob(text, (yes_no, choice))])
+        assert n == prefix and n + s + 3 < serial.room  # the shared layout
+    finally:
+        serial.close()
+    leaves = sorted(trie_leaves(label_trie(choice.candidates)))  # the engine's order
+    assert len(leaves) == 64
+    plain = PlainContext(model_path, 4096, N_BATCH, n_seq_max=2)
+    try:
+        want_yn = plain.rows(text + yes_no.suffix)[-1]  # one batch, as the engine's
+        ll = plain.ll  # back to the prefix, the yes/no's cells free as in the engine
+        ll.llama_memory_seq_rm(ll.llama_get_memory(plain.ctx), 0, n, -1)
+        first = plain.probe(n, choice.suffix + leaves[0], WINDOW)[s - 1:]
+        want = {leaves[0][:k]: first[k] for k in range(len(leaves[0]) + 1)}
+        plain.extend(choice.suffix, n)
+        for leaf in leaves[1:]:
+            for k, row in enumerate(plain.probe(n + s, leaf, WINDOW), 1):
+                want.setdefault(leaf[:k], row)
+    finally:
+        plain.close()
+    np.testing.assert_allclose(yn.logits, want_yn[list(yn.token_ids)], atol=LOGIT_TOL)
+    assert sorted(node.path for node in nodes) == sorted(want)
+    for node in nodes:
+        np.testing.assert_allclose(node.logits, want[node.path][list(node.token_ids)],
+                                   atol=LOGIT_TOL)
+
+
 @pytest.mark.parametrize("n_ctx", [N_CTX, 32768])
 def test_the_kv_memory_is_the_bounded_sliding_window_arithmetic(engine, model_path, n_ctx):
     e = engine if n_ctx == N_CTX else load_engine("llama", model_path, n_ctx)
@@ -129,6 +177,7 @@ def test_the_kv_memory_is_the_bounded_sliding_window_arithmetic(engine, model_pa
             e.close()
 
 
+@pytest.mark.slow
 def test_a_request_near_the_largest_window_is_answered(catalog):
     from decider import Decider, Limits, YesNo
 

@@ -1,6 +1,7 @@
-"""The work bound: a request's engine work (the tokens its call places, in the loaded
-engine's layout) is known before any compute and refused past Limits.max_work_tokens,
-naming the limit; the real gemma-3-270m on the llama.cpp engine."""
+"""The work bound: a request's engine work (Engine.work_tokens: the loaded engine's
+layout, in tokens of a long decode) is known before any compute and refused past
+Limits.max_work_tokens, naming the limit; the real gemma-3-270m on the llama.cpp
+engine."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decider import Choice, Limits, MultiLabel, Request
-from decider.engines import Branch, ScoreJob, label_trie
+from decider.engines import Branch, ScoreJob, label_trie, load_engine
+from decider.engines.base import DECODE_TOKENS, OUTPUT_TOKENS
 from decider.engines.passes import tree_size
 from decider.errors import WorkTooLarge
 from decider.plan import check_work
@@ -18,7 +20,7 @@ TEXT = "I was charged twice for my order, please refund me."
 
 
 @pytest.mark.parametrize("questions", [
-    [Choice("Topic?", [f"topic {i}" for i in range(256)])],  # ~46 s on 2 idle cores
+    [Choice(f"Topic {q}?", [f"topic {i}" for i in range(256)]) for q in range(32)],
     [MultiLabel(f"Which {q}?", [f"label {i}" for i in range(256)]) for q in range(32)],
 ])
 def test_a_request_that_would_hold_the_engine_for_minutes_is_refused_before_any_pass(
@@ -36,7 +38,7 @@ def test_a_request_that_would_hold_the_engine_for_minutes_is_refused_before_any_
 
 def test_the_bound_is_the_callers_to_set(decider):
     request = Request(TEXT, (Choice("Topic?", ["billing", "shipping", "other"]),))
-    work = decider.engine.placed_tokens(decider.plan(request).job)
+    work = decider.engine.work_tokens(decider.plan(request).job)
     tight = Limits(max_work_tokens=work - 1)
     saved = decider.limits
     try:
@@ -50,15 +52,25 @@ def test_the_bound_is_the_callers_to_set(decider):
         decider.limits = saved
 
 
-def test_llama_places_a_branchs_suffix_again_in_each_decode_group(decider):
+def test_llama_places_each_suffix_once_and_counts_each_decode(model_path):
     """Its decodes hold at most n_parallel (4) label paths: 9 two-token labels take three
-    groups, each placing the suffix and its labels' first tokens."""
-    suffix = tuple(range(10, 30))
-    job = ScoreJob((2, 5, 6), (Branch(suffix, tuple((100 + i, 7) for i in range(9))),))
-    assert len(label_trie(job.branches[0].candidates)) == 10  # the answer position + 9
-    assert decider.engine.placed_tokens(job) == 3 + 3 * len(suffix) + 9
-    two = ScoreJob((2, 5, 6), (Branch(suffix, ((7, 8), (7, 9))), Branch(suffix[:5], ((4,),))))
-    assert decider.engine.placed_tokens(two) == 3 + len(suffix) + 1 + 5  # one group
+    groups, the later two starting from a copy of the sequence that holds the suffix.
+    The measure: tokens, rows of logits (the answer position and the 9 first label
+    tokens) and the fixed cost of each decode."""
+    engine = load_engine("llama", model_path, 2048, n_parallel=4)
+    try:
+        suffix = tuple(range(10, 30))
+        job = ScoreJob((2, 5, 6), (Branch(suffix, tuple((100 + i, 7) for i in range(9))),))
+        assert len(label_trie(job.branches[0].candidates)) == 10  # the answer position + 9
+        rows = 1 + 9
+        assert engine.work_tokens(job) == (3 + len(suffix) + 9 + rows * OUTPUT_TOKENS
+                                           + 3 * DECODE_TOKENS)
+        two = ScoreJob((2, 5, 6), (Branch(suffix, ((7, 8), (7, 9))),
+                                   Branch(suffix[:5], ((4,),))))
+        assert engine.work_tokens(two) == (3 + len(suffix) + 1 + 5 + 3 * OUTPUT_TOKENS
+                                           + DECODE_TOKENS)  # one group
+    finally:
+        engine.close()
 
 
 def test_the_cli_flag_sets_the_bound(run_cli):
@@ -84,15 +96,22 @@ def _jobs(draw) -> ScoreJob:
 
 
 @settings(max_examples=300, deadline=None)
-@given(job=_jobs(), limit=st.integers(1, 600))
-def test_the_work_ceiling_lets_no_job_over_the_bound_through(decider, job, limit):
+@given(job=_jobs(), limit=st.integers(1, 600), alone=st.booleans())
+def test_the_work_ceiling_lets_no_job_over_the_bound_through(decider, job, limit, alone):
     """check_work skips the layout when the job's work ceiling is within the bound: the
-    ceiling is above what llama.cpp's layout and the torch engine's token tree place,
-    so the outcome is the exact count's either way."""
-    work = decider.engine.placed_tokens(job)
-    assert max(work, tree_size(job)) <= job.work_ceiling()
-    if work > limit:
-        with pytest.raises(WorkTooLarge, match=f"needs {work} tokens .* limit of {limit}"):
-            check_work(decider.engine, job, Limits(max_work_tokens=limit))
-    else:
-        check_work(decider.engine, job, Limits(max_work_tokens=limit))
+    ceiling is above what llama.cpp's layouts (shared, and alone where no prefix fits
+    the room) and the torch engine's token tree count, so the outcome is the exact
+    count's either way."""
+    engine = decider.engine
+    room = engine.room
+    engine.room = 0 if alone else room
+    try:
+        work = engine.work_tokens(job)
+        assert max(work, tree_size(job)) <= job.work_ceiling()
+        if work > limit:
+            with pytest.raises(WorkTooLarge, match=f"needs {work} tokens .* limit of {limit}"):
+                check_work(engine, job, Limits(max_work_tokens=limit))
+        else:
+            check_work(engine, job, Limits(max_work_tokens=limit))
+    finally:
+        engine.room = room

@@ -1,0 +1,137 @@
+"""How long one request holds the engine against its work measure (Engine.work_tokens),
+for each question shape at the largest size the work bound admits.
+
+    python scripts/work_bound.py [--bound 16384] [--n-ctx 8192] [--repeat 3]
+                                 [--only NAME ...] [--size NAME=N ...] [--n-parallel 4]
+
+Each shape grows with one size (the text's words, or the labels of each question) up to
+the largest size whose request fits the window and the bound; the request is then
+answered with the bound lifted (Decider.plan, Decider.decide_request) `repeat` times after
+one warm-up, and the median is printed. --size fixes a shape's size instead of searching
+(to time the same requests on another version of the engine). Prints a markdown table
+and the load average before and after each shape: the machine may be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from decider import Choice, Decider, Limits, MultiLabel, Request, Scale, YesNo
+from decider.errors import PromptTooLong
+
+POOL = ("the a customer order parcel refund late broken screen price paid twice delivery "
+        "support email account password login error charge card bank week store reply "
+        "asked again never arrived box damaged wrong size colour return label").split()
+
+
+def words(n: int, seed: int = 0) -> str:
+    return " ".join(np.random.default_rng(seed).choice(POOL, n))
+
+
+def long_labels(n: int) -> list[str]:
+    """n labels of about ten words, distinct by their number."""
+    return [f"{i} {words(9, seed=i)}" for i in range(n)]
+
+
+Build = Callable[[int], Request]
+
+# name: (what the size counts, the request of that size, the largest size tried)
+SHAPES: dict[str, tuple[str, Build, int]] = {
+    "yes/no": ("words", lambda n: Request(words(n), (YesNo("Is a refund requested?"),)),
+               20000),
+    "choice, 255 labels label0..": ("words", lambda n: Request(words(n), (
+        Choice("Topic?", [f"label{i}" for i in range(255)]),)), 20000),
+    "choice, 256 labels label0..": ("words", lambda n: Request(words(n), (
+        Choice("Topic?", [f"label{i}" for i in range(256)]),)), 20000),
+    "choice, 256 labels topic 0..": ("words", lambda n: Request(words(n), (
+        Choice("Topic?", [f"topic {i}" for i in range(256)]),)), 20000),
+    "choice, 10-word labels": ("labels", lambda n: Request(words(60), (
+        Choice("Topic?", long_labels(n)),)), 256),
+    "multi-label, 256 labels": ("words", lambda n: Request(words(n), (
+        MultiLabel("Which apply?", [f"label {i}" for i in range(256)]),)), 20000),
+    "scale, 5 levels": ("words", lambda n: Request(words(n), (
+        Scale("How urgent?", ["none", "low", "medium", "high", "critical"]),)), 20000),
+    "scale, 256 levels": ("words", lambda n: Request(words(n), (
+        Scale("How urgent?", [f"level {i}" for i in range(256)]),)), 20000),
+    "32 yes/no questions": ("words", lambda n: Request(words(n), tuple(
+        YesNo(f"Is it about {w}? ({q})") for q, w in enumerate(POOL[:32]))), 20000),
+    "32 multi-label questions": ("labels", lambda n: Request(words(60), tuple(
+        MultiLabel(f"Which {q}?", [f"label {i}" for i in range(n)]) for q in range(32))), 256),
+    "32 choices": ("labels", lambda n: Request(words(60), tuple(
+        Choice(f"Topic {q}?", [f"topic {i}" for i in range(n)]) for q in range(32))), 256),
+}
+
+
+def work(d: Decider, request: Request) -> int | None:
+    """The request's work measure; None when it does not fit the window."""
+    try:
+        return d.engine.work_tokens(d.plan(request).job)
+    except PromptTooLong:
+        return None
+
+
+def largest(d: Decider, build: Build, top: int, bound: int) -> int | None:
+    """The largest size up to `top` whose request fits the window and the bound."""
+    def fits(n: int) -> bool:
+        w = work(d, build(n))
+        return w is not None and w <= bound
+
+    lo, hi = 2, top  # a choice needs two labels
+    if not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def seconds(d: Decider, request: Request, repeat: int) -> float:
+    d.decide_request(request)  # warm-up: the tokenizer's cache, the pages of the weights
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        d.decide_request(request)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bound", type=int, default=Limits().max_work_tokens)
+    p.add_argument("--n-ctx", type=int, default=8192)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--only", nargs="*", default=list(SHAPES))
+    p.add_argument("--size", action="append", default=[], help="NAME=N")
+    p.add_argument("--n-parallel", type=int, help="the llama engine's branch sequences")
+    args = p.parse_args()
+    sizes = dict(s.rsplit("=", 1) for s in args.size)
+    options = {"n_parallel": args.n_parallel} if args.n_parallel else {}
+    with Decider("gemma-3-270m", n_ctx=args.n_ctx, limits=Limits(max_work_tokens=10**9),
+                 **options) as d:
+        print(f"bound {args.bound}, n_ctx {args.n_ctx}, engine {d.engine.name}, "
+              f"threads {os.cpu_count()}, kv {d.engine.info.memory['kv'] / 2**20:.0f} MiB")
+        print("| request | size | window tokens | work tokens | seconds | load before/after |")
+        print("|---|---|---|---|---|---|")
+        for name in args.only:
+            unit, build, top = SHAPES[name]
+            n = int(sizes[name]) if name in sizes else largest(d, build, top, args.bound)
+            if n is None:
+                print(f"| {name} | refused at 2 {unit} | | {work(d, build(2))} | | |")
+                continue
+            request = build(n)
+            plan = d.plan(request)
+            before = os.getloadavg()[0]
+            t = seconds(d, request, args.repeat)
+            print(f"| {name} | {n} {unit} | {plan.window_tokens:,} | "
+                  f"{d.engine.work_tokens(plan.job):,} | {t:.1f} | "
+                  f"{before:.2f}/{os.getloadavg()[0]:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
