@@ -6,37 +6,56 @@ The gRPC service maps them to status codes and the CLI to exit codes, both from 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+Path = tuple[str | int, ...]  # a field's place: ("questions", 1, "labels", 0)
 
 
 @dataclass(frozen=True, slots=True)
 class FieldViolation:
-    field: str  # dotted path, e.g. "questions[1].labels[0]"
+    path: Path  # a bare name is a path of one
     description: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.path, str):
+            object.__setattr__(self, "path", (self.path,))
+
+    @property
+    def field(self) -> str:
+        """The path written out: "questions[1].labels[0]"."""
+        out = ""
+        for part in self.path:
+            out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else part
+        return out
 
 
 class DeciderError(Exception):
-    """Base class. `reason` is an UPPER_SNAKE constant; `metadata` holds string details."""
+    """Base class. `reason` is an UPPER_SNAKE constant; `metadata` holds string details;
+    `violations` the bad fields of a refused request (none for other errors)."""
 
     kind = "internal"  # invalid not_found out_of_range exhausted unavailable deadline
     # cancelled internal
     reason = "INTERNAL"
+    violations: tuple[FieldViolation, ...] = ()
 
     def __init__(self, message: str, **metadata: object) -> None:
         super().__init__(message)
         self.message = message
         self.metadata = {k: str(v) for k, v in metadata.items()}
 
-    def __reduce__(self):
-        """Errors cross from the engine process to the front ends as they are: rebuilt
-        from their state, since subclasses take other arguments than the message."""
-        return _rebuild, (type(self), self.message, self.__dict__)
 
-
-def _rebuild(cls: type[DeciderError], message: str, state: dict) -> DeciderError:
+def rebuild(name: str, message: str, metadata: dict[str, str],
+            violations: Sequence[FieldViolation] = ()) -> DeciderError:
+    """An error of this module as another process sent it (decider.service.messages)."""
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, DeciderError)):
+        cls = DeciderError
     error = cls.__new__(cls)
     Exception.__init__(error, message)
-    error.__dict__.update(state)
+    error.message, error.metadata = message, dict(metadata)
+    if violations:
+        error.violations = tuple(violations)
     return error
 
 
@@ -46,7 +65,7 @@ class InvalidRequest(DeciderError):
     kind = "invalid"
     reason = "INVALID_REQUEST"
 
-    def __init__(self, violations: list[FieldViolation]) -> None:
+    def __init__(self, violations: Sequence[FieldViolation]) -> None:
         self.violations = tuple(violations)
         super().__init__("; ".join(f"{v.field}: {v.description}" for v in violations))
 
@@ -80,8 +99,6 @@ class PromptTooLong(DeciderError):
     reason = "PROMPT_TOO_LONG"
 
     def __init__(self, prompt_tokens: int, n_ctx: int, where: str = "") -> None:
-        self.prompt_tokens = prompt_tokens
-        self.n_ctx = n_ctx
         at = f" ({where})" if where else ""
         super().__init__(
             f"prompt is {prompt_tokens} tokens{at}, over the loaded window n_ctx={n_ctx}; "
@@ -89,6 +106,14 @@ class PromptTooLong(DeciderError):
             prompt_tokens=prompt_tokens,
             n_ctx=n_ctx,
         )
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.metadata["prompt_tokens"])
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self.metadata["n_ctx"])
 
 
 class WorkTooLarge(DeciderError):

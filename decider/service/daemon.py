@@ -39,6 +39,7 @@ from .engine_loop import EXIT_ENGINE_FAILED
 from .engine_process import EngineProcess
 from ..errors import EngineDied, EngineHung
 from .frontend import Served
+from .messages import Down, Serve, Stop, WireError
 from .workers import FrontendWorker
 from .listeners import check_listeners, claim_addresses
 from ..logs import configure
@@ -139,7 +140,7 @@ class Daemon:
         """`engine` serves from now on, in every front end; the one before it answers
         what it holds, then exits."""
         old, self.engine, self.frontend.current = self.engine, engine, served
-        self._tell_workers("serve", served.facts, engine.address, limits)
+        self._tell_workers(Serve(served.facts, engine.address, limits))
         if old is not None:
             old.stop()
 
@@ -156,9 +157,9 @@ class Daemon:
         if status:
             self.notifier.status(status)
 
-    def _tell_workers(self, *message) -> None:
+    def _tell_workers(self, message: Serve | Down | Stop) -> None:
         for worker in self.workers:
-            worker.send(*message)
+            worker.send(message)
 
     # -- the supervisor: reloads and replacements, one at a time ----------------------------
 
@@ -233,7 +234,7 @@ class Daemon:
         if engine is not self.engine or self.life is Life.DRAINING:
             return
         self.engine = self.frontend.current = None
-        self._tell_workers("down", error)
+        self._tell_workers(Down(WireError.of(error)))
         reason = ("a hang" if engine.ended_by else "an engine failure"
                   if code == EXIT_ENGINE_FAILED else f"exit code {code}")
         log.error("reloading the model after an engine failure", reason=reason, exit_code=code,
@@ -290,7 +291,7 @@ class Daemon:
         for task in self._life_tasks:  # an engine loading is killed as its load is cancelled
             task.cancel()
         grace = self.cfg.server.grace_seconds
-        self._tell_workers("stop")  # they drain beside this process
+        self._tell_workers(Stop())  # they drain beside this process
         await self.servers.drain(grace)
         await self.servers.close()
         await asyncio.gather(*(w.stop(grace + 5) for w in self.workers))

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import pickle
 import time
 
 import zmq
 
-from .engine_loop import POLLIN, dumps
 from ..engines import ScoreJob
 from ..errors import DeadlineExceeded, DeciderError
+from . import messages
+from .engine_loop import POLLIN
+from .messages import Answered, Cancel, Refused, Score
 
 
 class EngineClient:
@@ -30,7 +31,7 @@ class EngineClient:
         self._sock.setsockopt(zmq.SNDHWM, 0)  # the engine bounds the queue, not the socket
         self._sock.connect(address)  # its pipe exists from here: a send never waits
         self._pending: dict[int, asyncio.Future] = {}
-        self._outbox: list[tuple] = []
+        self._outbox: list[Score | Cancel] = []
         self._ids = itertools.count()
         self.down: DeciderError | None = None  # set once the engine is gone
         self.answered = 0  # outcomes received: the engine has served
@@ -43,9 +44,9 @@ class EngineClient:
     def outstanding(self) -> int:
         return len(self._pending)
 
-    async def score(self, job: ScoreJob, deadline: float):
-        """(results, queue_ms, compute_ms) for one job; raises the engine's error for it,
-        or DeadlineExceeded at the deadline (time.monotonic()) whatever the engine does."""
+    async def score(self, job: ScoreJob, deadline: float) -> Answered:
+        """The engine's answer to one job; raises the engine's error for it, or
+        DeadlineExceeded at the deadline (time.monotonic()) whatever the engine does."""
         if self.down is not None:
             raise self.down
         rid = next(self._ids)
@@ -53,7 +54,7 @@ class EngineClient:
         future = self._pending[rid] = loop.create_future()
         timer = loop.call_later(deadline - time.monotonic(), self._expire, rid)
         self.idle.clear()
-        self._send(("score", rid, deadline, time.monotonic(), job))
+        self._send(Score(rid, deadline, time.monotonic(), job))
         try:
             return await future
         except asyncio.CancelledError:  # the caller went away: free its place
@@ -75,7 +76,7 @@ class EngineClient:
 
     def _forget(self, rid: int) -> None:
         if self._pending.pop(rid, None) is not None:
-            self._send(("cancel", rid))
+            self._send(Cancel(rid))
 
     def fail_all(self, error: DeciderError) -> None:
         """The engine is gone: every pending request, and every later one, gets `error`."""
@@ -90,26 +91,26 @@ class EngineClient:
         asyncio.get_running_loop().remove_reader(self._fd)
         self._sock.close(linger=0)
 
-    def _send(self, op: tuple) -> None:
+    def _send(self, op: Score | Cancel) -> None:
         self._outbox.append(op)
         if len(self._outbox) == 1:
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         ops, self._outbox = self._outbox, []
-        self._sock.send(dumps(ops), zmq.NOBLOCK)
+        self._sock.send(messages.encode(ops), zmq.NOBLOCK)
         self._receive()  # the send may have taken in a reply without the FD telling
 
     def _receive(self) -> None:
         """Everything the socket holds: its FD says only that there may be some."""
         while self._sock.get(zmq.EVENTS) & POLLIN:
             message = self._sock.recv(zmq.NOBLOCK)
-            for outcome in pickle.loads(message):
+            for outcome in messages.from_engine(message):
                 self.answered += 1
-                future = self._pending.pop(outcome[0], None)
+                future = self._pending.pop(outcome.rid, None)
                 if future is None or future.done():
                     continue
-                if len(outcome) == 2:
-                    future.set_exception(outcome[1])
+                if isinstance(outcome, Refused):
+                    future.set_exception(outcome.error.error())
                 else:
-                    future.set_result(outcome[1:])
+                    future.set_result(outcome)

@@ -6,17 +6,11 @@ call. A request whose deadline passed while it waited, or whose front end cancel
 never reaches the engine; one past `max_queue` waiting is refused at once. Between the
 chunks of a call (engines that have them) the loop reads its socket again: a request
 cancelled or past its deadline by then is dropped from the rest of the call. Results go
-back raw but guarded, one message per front end per call.
-
-Messages are pickled lists of operations (front end -> engine):
-    ("score", rid, deadline, sent, job)   deadline, sent: time.monotonic(), system-wide
-    ("cancel", rid)
-and of outcomes (engine -> front end): (rid, results, queue_ms, compute_ms) or (rid, error).
+back raw but guarded, one message per front end per call (decider/service/messages.py).
 """
 
 from __future__ import annotations
 
-import pickle
 import time
 from dataclasses import dataclass
 
@@ -26,9 +20,11 @@ import zmq
 from ..engines import Engine, ScoreJob
 from ..errors import Cancelled, DeadlineExceeded, DeciderError, EngineFailure, QueueFull
 from ..guard import LogitsGuard, guarded_score
-from .metrics import Metrics
 from ..plan import check_work
 from ..questions import Limits
+from . import messages
+from .messages import Answered, Cancel, Refused, Score, Stop, WireError
+from .metrics import Metrics
 
 log = structlog.get_logger("decider.engine")
 
@@ -36,16 +32,12 @@ EXIT_STOPPED, EXIT_ENGINE_FAILED = 0, 3  # the engine process's exit codes
 POLLIN = int(zmq.POLLIN)  # a plain int: the flag type's operators cost more than the test
 
 
-def dumps(obj) -> bytes:
-    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-
-
 @dataclass(slots=True)
 class _Waiting:
     sender: bytes
     rid: int
     job: ScoreJob
-    deadline: float | None
+    deadline: float
     sent: float  # by the front end: queue time counts from there
     cancelled: bool = False
 
@@ -64,7 +56,7 @@ class EngineLoop:
         self.heartbeat = heartbeat
         self._waiting: dict[tuple[bytes, int], _Waiting] = {}  # arrival order
         self._running: dict[tuple[bytes, int], _Waiting] = {}  # in the engine call now
-        self._replies: dict[bytes, list] = {}
+        self._replies: dict[bytes, list[Answered | Refused]] = {}
 
     def serve(self, sock: zmq.Socket, control) -> int:
         """Until the supervisor says stop (then every accepted request is answered first),
@@ -80,7 +72,7 @@ class EngineLoop:
             if sock in ready:
                 self._receive(sock)
             while control.fileno() in ready and control.poll():  # zmq gives back its fd
-                stopping = control.recv() == "stop" or stopping
+                stopping = isinstance(messages.control(control.recv_bytes()), Stop) or stopping
             batch = self._take()
             failed = bool(batch) and self._call(batch, sock)
             self._flush(sock)
@@ -94,33 +86,34 @@ class EngineLoop:
         zmq.Again raised per drain costs the engine thread more than the test)."""
         while sock.get(zmq.EVENTS) & POLLIN:
             sender, payload = sock.recv_multipart(zmq.NOBLOCK)
-            for op in pickle.loads(payload):
-                if op[0] == "score":
-                    _, rid, deadline, sent, job = op
-                    try:  # the work bound needs the engine's layout: checked here
-                        check_work(self.engine, job, self.limits)
-                    except DeciderError as e:
-                        self._reply(sender, (rid, e))
-                        continue
-                    if len(self._waiting) >= self.max_queue:
-                        self._reply(sender, (rid, QueueFull(
-                            f"the queue is full ({self.max_queue} requests waiting)",
-                            max_queue=self.max_queue)))
-                    else:
-                        self._waiting[sender, rid] = _Waiting(sender, rid, job, deadline, sent)
-                elif op[0] == "cancel":
-                    w = self._waiting.pop((sender, op[1]), None) or \
-                        self._running.get((sender, op[1]))
-                    if w is not None:
-                        w.cancelled = True
+            for op in messages.to_engine(payload):
+                match op:
+                    case Score():
+                        self._admit(sender, op)
+                    case Cancel(rid=rid):
+                        w = self._waiting.pop((sender, rid), None) or \
+                            self._running.get((sender, rid))
+                        if w is not None:
+                            w.cancelled = True
+
+    def _admit(self, sender: bytes, op: Score) -> None:
+        try:  # the work bound needs the engine's layout: checked here
+            check_work(self.engine, op.job, self.limits)
+        except DeciderError as e:
+            return self._refuse(sender, op.rid, e)
+        if len(self._waiting) >= self.max_queue:
+            return self._refuse(sender, op.rid, QueueFull(
+                f"the queue is full ({self.max_queue} requests waiting)",
+                max_queue=self.max_queue))
+        self._waiting[sender, op.rid] = _Waiting(sender, op.rid, op.job, op.deadline, op.sent)
 
     def _take(self) -> list[_Waiting]:
         batch, now = [], time.monotonic()
         while self._waiting and len(batch) < self.max_batch:
             w = self._waiting.pop(next(iter(self._waiting)))
-            if w.deadline is not None and now >= w.deadline:
-                self._reply(w.sender, (w.rid, DeadlineExceeded(
-                    "the deadline passed while the request waited for the engine")))
+            if now >= w.deadline:
+                self._refuse(w.sender, w.rid, DeadlineExceeded(
+                    "the deadline passed while the request waited for the engine"))
             else:
                 batch.append(w)
         self.metrics.queue_depth.set(len(self._waiting))
@@ -141,7 +134,7 @@ class EngineLoop:
             w = batch[i]
             if w.cancelled:
                 return Cancelled("the request was cancelled while the engine worked on it")
-            if w.deadline is not None and time.monotonic() >= w.deadline:
+            if time.monotonic() >= w.deadline:
                 return DeadlineExceeded("the deadline passed while the engine worked on "
                                         "the request")
             return None
@@ -155,21 +148,27 @@ class EngineLoop:
                       requests=len(batch))
             self.metrics.engine_failures.labels(error.reason).inc()
             for w in batch:
-                self._reply(w.sender, (w.rid, error))
+                self._refuse(w.sender, w.rid, error)
             return error.kind == "internal"  # out of memory: that call only, no reload
         finally:
             self._running = {}
             self.metrics.engine_busy.set(0)
         compute_ms = 1000 * (time.monotonic() - started)
         for w, r in zip(batch, results, strict=True):
-            self._reply(w.sender, (w.rid, r) if isinstance(r, Exception) else
-                        (w.rid, r, 1000 * (started - w.sent), compute_ms))
+            if isinstance(r, DeciderError):
+                self._refuse(w.sender, w.rid, r)
+            else:
+                self._reply(w.sender, Answered(w.rid, r, 1000 * (started - w.sent),
+                                               compute_ms))
         return False
 
-    def _reply(self, sender: bytes, outcome: tuple) -> None:
+    def _refuse(self, sender: bytes, rid: int, error: DeciderError) -> None:
+        self._reply(sender, Refused(rid, WireError.of(error)))
+
+    def _reply(self, sender: bytes, outcome: Answered | Refused) -> None:
         self._replies.setdefault(sender, []).append(outcome)
 
     def _flush(self, sock: zmq.Socket) -> None:
         for sender, outcomes in self._replies.items():
-            sock.send_multipart([sender, dumps(outcomes)])
+            sock.send_multipart([sender, messages.encode(outcomes)])
         self._replies.clear()

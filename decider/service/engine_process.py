@@ -10,44 +10,18 @@ is ready (loaded, hashed, warmed), stop (drain), kill, and its end.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import multiprocessing
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Config
-from ..engines import EngineInfo
 from ..errors import DeciderError, EngineFailure
+from . import messages
+from .messages import Failed, ModelFacts, Ping, Ready, Stop, WireError
 
 EXIT_LOAD_REFUSED, EXIT_LOAD_FAILED = 2, 1
-
-
-@dataclass(frozen=True, slots=True)
-class ModelFacts:
-    """What the front ends need of the loaded model, sent once it is ready."""
-
-    name: str  # catalog name
-    description: str
-    release_date: str  # YYYY-MM-DD: the model file's date stands for it
-    engine: str
-    info: EngineInfo
-    sha256: str
-    prompt_format: str
-    template_version: str
-
-    @classmethod
-    def of(cls, d) -> ModelFacts:
-        """The facts of a loaded Decider."""
-        from ..prompts import TEMPLATE_VERSION
-
-        info = d.engine.info
-        mtime = Path(info.model_path).stat().st_mtime
-        day = datetime.datetime.fromtimestamp(mtime, datetime.UTC).date().isoformat()
-        return cls(d.entry.name, d.entry.description, day, d.engine.name, info,
-                   d.model_sha256, d.entry.prompt_format, TEMPLATE_VERSION)
 
 
 def load_model(cfg: Config):
@@ -89,15 +63,16 @@ def engine_main(cfg: Config, address: str, conn, heartbeat) -> None:
     try:
         d = load_model(cfg)
     except DeciderError as e:
-        conn.send(("failed", e))
+        conn.send_bytes(messages.encode(Failed(WireError.of(e))))
         sys.exit(EXIT_LOAD_REFUSED if e.kind in ("invalid", "not_found") else EXIT_LOAD_FAILED)
     except Exception as e:  # noqa: BLE001 - reported, then the process ends
-        conn.send(("failed", EngineFailure(f"loading failed: {type(e).__name__}: {e}")))
+        error = EngineFailure(f"loading failed: {type(e).__name__}: {e}")
+        conn.send_bytes(messages.encode(Failed(WireError.of(error))))
         sys.exit(EXIT_LOAD_FAILED)
     sock = zmq.Context.instance().socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 1000)
     sock.bind(address)
-    conn.send(("ready", ModelFacts.of(d)))
+    conn.send_bytes(messages.encode(Ready(ModelFacts.of(d))))
     loop = EngineLoop(d.engine, max_batch=cfg.server.max_batch, max_queue=cfg.server.max_queue,
                       limits=cfg.limits, heartbeat=heartbeat, metrics=Metrics())
     code = loop.serve(sock, conn)
@@ -153,13 +128,13 @@ class EngineProcess:
             return 0.0
         if self.heartbeat.value >= self._pinged_at:
             self._pinged_at = now
-            self._send("ping")
+            self._send(Ping())
             return 0.0
         return now - self._pinged_at
 
     def stop(self) -> None:
         """Finish every accepted request, then exit."""
-        self._send("stop")
+        self._send(Stop())
 
     def kill(self, why: DeciderError | None = None) -> None:
         """SIGKILL (it ignores SIGTERM); `why` is what its requests are refused with."""
@@ -171,24 +146,24 @@ class EngineProcess:
     def pid(self) -> int | None:
         return self.process.pid
 
-    def _send(self, message: str) -> None:
+    def _send(self, message: Ping | Stop) -> None:
         if not self.ended.done():
             try:
-                self._conn.send(message)
+                self._conn.send_bytes(messages.encode(message))
             except OSError:  # it died and _on_exit has not run yet: that tells the end
                 pass
 
     def _on_message(self) -> None:
         try:
-            kind, value = self._conn.recv()
+            message = messages.control(self._conn.recv_bytes())
         except (EOFError, OSError):  # the process is going: _on_exit tells why
             asyncio.get_running_loop().remove_reader(self._conn.fileno())
             return
         if not self._ready.done():
-            if kind == "ready":
-                self._ready.set_result(value)
+            if isinstance(message, Ready):
+                self._ready.set_result(message.facts)
             else:
-                self._ready.set_exception(value)
+                self._ready.set_exception(message.error.error())
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..answers import Decision, Outcome, Usage
 from .engine_client import EngineClient
-from .engine_process import ModelFacts
+from .messages import ModelFacts
 from ..errors import (
     FieldViolation,
     InvalidRequest,
@@ -142,14 +142,15 @@ class Frontend:
             self._check_share(caller, 1)
         self._held[caller] += 1
         try:
-            results, queue_ms, compute_ms = await served.client.score(plan.job, deadline)
+            answered = await served.client.score(plan.job, deadline)
         finally:
             self._held[caller] -= 1
             if not self._held[caller]:
                 del self._held[caller]
         usage = Usage(prompt_tokens=plan.prompt_tokens, window_tokens=plan.window_tokens)
-        decision = Decision(plan.read(results), served.facts.name, served.facts.engine, usage)
-        return Outcome(decision, queue_ms, compute_ms, served.facts.sha256)
+        decision = Decision(plan.read(answered.results), served.facts.name,
+                            served.facts.engine, usage)
+        return Outcome(decision, answered.queue_ms, answered.compute_ms, served.facts.sha256)
 
 
 def deadline_after(seconds: float | None) -> float | None:

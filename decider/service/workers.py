@@ -3,9 +3,9 @@ work per request (gRPC, planning, answers) cannot keep the engine busy, several 
 TCP listeners and talk to the one engine process, each over its own ZeroMQ socket.
 
 The daemon process stays the supervisor: it tells each worker, over a pipe, which engine
-process serves (`("serve", facts, address, limits)`), that none does (`("down", error)`: the
-requests it held are refused with that error), and when to drain and stop (`("stop",)`).
-A worker whose daemon is gone drains and exits too. Spawned, never forked.
+process serves (Serve), that none does (Down: the requests it held are refused with its
+error), and when to drain and stop (Stop). A worker whose daemon is gone drains and exits
+too. Spawned, never forked.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import sys
 import structlog
 
 from ..config import Config
+from . import messages
+from .messages import Down, Serve, Stop
 
 
 def worker_main(cfg: Config, conn) -> None:
@@ -35,16 +37,17 @@ async def _serve(cfg: Config, conn) -> None:
     servers = Servers(cfg, Metrics())
     await servers.set_health(False)
     loop = asyncio.get_running_loop()
-    messages: asyncio.Queue[tuple] = asyncio.Queue()  # handled in order, one at a time
+    told: asyncio.Queue[Serve | Down | Stop] = asyncio.Queue()  # in order, one at a time
 
-    async def swap(message: tuple) -> None:
+    async def swap(message: Serve | Down) -> None:
         old = servers.frontend.current
-        if message[0] == "serve":
-            servers.frontend.current = await Served.open(*message[1:])
+        if isinstance(message, Serve):
+            servers.frontend.current = await Served.open(message.facts, message.address,
+                                                         message.limits)
         else:
             servers.frontend.current = None
             if old is not None:
-                old.client.fail_all(message[1])
+                old.client.fail_all(message.error.error())
         # it listens once it can serve: the kernel gives the shared ports' connections to
         # listening processes only, so none lands on one still opening its tokenizer
         if servers.server is None and servers.frontend.current is not None:
@@ -57,14 +60,14 @@ async def _serve(cfg: Config, conn) -> None:
 
     def on_message() -> None:
         try:
-            message = conn.recv()
+            message = messages.to_worker(conn.recv_bytes())
         except (EOFError, OSError):  # the daemon is gone
             loop.remove_reader(conn.fileno())
-            message = ("stop",)
-        messages.put_nowait(message)
+            message = Stop()
+        told.put_nowait(message)
 
     loop.add_reader(conn.fileno(), on_message)
-    while (message := await messages.get())[0] != "stop":
+    while not isinstance(message := await told.get(), Stop):
         await swap(message)
     await servers.drain(cfg.server.grace_seconds)
     await servers.close()
@@ -96,14 +99,14 @@ class FrontendWorker:
         if not self.ended.done():
             self.ended.set_result(self.process.exitcode)
 
-    def send(self, *message) -> None:
+    def send(self, message: Serve | Down | Stop) -> None:
         try:
-            self._conn.send(message)
+            self._conn.send_bytes(messages.encode(message))
         except (BrokenPipeError, OSError):  # it is gone: the daemon's watch says so
             pass
 
     async def stop(self, timeout: float) -> None:
-        self.send("stop")
+        self.send(Stop())
         try:
             await asyncio.wait_for(asyncio.shield(self.ended), timeout)
         except TimeoutError:
