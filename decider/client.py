@@ -19,9 +19,9 @@ from grpc_status import rpc_status
 from .answers import Decision
 from .errors import DeciderError, FieldViolation
 from .questions import Question, Request
+from .service.convert import CODES, decision_from_proto, request_to_proto
 from .v1 import decider_pb2 as pb
 from .v1 import decider_pb2_grpc as pb_grpc
-from .service.convert import CODES, decision_from_proto, request_to_proto
 
 _KINDS = {code: kind for kind, code in CODES.items()}
 

@@ -44,10 +44,15 @@ class DeciderError(Exception):
         self.message = message
         self.metadata = {k: str(v) for k, v in metadata.items()}
 
+    def __reduce__(self):
+        """Pickled as its state: subclasses take other arguments than the message."""
+        return rebuild, (type(self).__name__, self.message, self.metadata, self.violations)
+
 
 def rebuild(name: str, message: str, metadata: dict[str, str],
             violations: Sequence[FieldViolation] = ()) -> DeciderError:
-    """An error of this module as another process sent it (decider.service.messages)."""
+    """An error of this module from its state, as another process sent it
+    (decider.service.messages) or pickle kept it."""
     cls = globals().get(name)
     if not (isinstance(cls, type) and issubclass(cls, DeciderError)):
         cls = DeciderError

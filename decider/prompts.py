@@ -34,7 +34,7 @@ def _parts(template: str) -> tuple[tuple[str, bool], ...]:
     return tuple((part, bool(i % 2)) for i, part in enumerate(_MARKER.split(template)))
 
 
-def render(template: str, **fields: str) -> tuple[Piece, ...]:
+def fill(template: str, **fields: str) -> tuple[Piece, ...]:
     """`template` with its fields filled in, split at the template's markers only."""
     pieces = ((part if marker else part.format(**fields), marker)
               for part, marker in _parts(template))
@@ -55,13 +55,13 @@ class PromptFormat:
 
     def render_prefix(self, text: str, instructions: str) -> tuple[Piece, ...]:
         head = f"{instructions.strip()}\n\n" if instructions.strip() else ""
-        return render(self.prefix, instructions=head, text=text)
+        return fill(self.prefix, instructions=head, text=text)
 
     def render_suffix(self, body: str) -> tuple[Piece, ...]:
-        return render(self.suffix, body=body)
+        return fill(self.suffix, body=body)
 
     def render_end(self) -> tuple[Piece, ...]:
-        return render(self.answer_end)
+        return fill(self.answer_end)
 
     def surface_forms(self, name: str) -> list[str]:
         """The spellings pooled into one answer: as given, lower case, capitalised."""

@@ -1,6 +1,6 @@
 """From raw trie logits to label probabilities.
 
-Rule (documented in docs/scoring.md):
+Rule (docs/design.md, "Scoring"):
 - Each answer is spelled in a few surface forms (" yes", " Yes"); every form is a
   token sequence, a candidate.
 - A candidate's log-probability is the sum, along its tokens, of the log-softmax over

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from decider.errors import ConfigError
 
-from .base import (Branch, BranchResult, Engine, EngineInfo, NodeLogits, ScoreJob, Stop,
-                   label_trie)
+from .base import Branch, BranchResult, Engine, EngineInfo, NodeLogits, ScoreJob, Stop, label_trie
 
 # the `dtype` option of the torch engines (triton, reference): their activations
 DTYPES = ("bfloat16", "float16", "float32")

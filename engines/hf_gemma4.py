@@ -64,7 +64,8 @@ class Gemma4HF(HFText):
     def check_config(self) -> None:
         tc = self.tc
         for sliding in (True, False):
-            if any(a != self.dims(sliding) for a, s in zip(self.attention, self.kinds) if s == sliding):
+            dims = self.dims(sliding)
+            if any(a != dims for a, s in zip(self.attention, self.kinds) if s == sliding):
                 refuse("per_layer_config", "head dims differing within a layer kind",
                        "one head dim and KV head count per kind", "Gemma 4")
         local, full = (tc.rope_parameters[k] for k in ("sliding_attention", "full_attention"))

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from decider.kernels.fused import gelu_mul, softcap_
 from decider.kernels.qmatmul import qmatmul, qmatmul_gelu, qmatmul_logsumexp
 from decider.kernels.qweight import QWeight
-from decider.kernels.fused import gelu_mul, softcap_
 
 from . import DTYPES
 from .gguf_weights import Packed, Weight, same_weight

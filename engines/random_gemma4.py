@@ -131,8 +131,8 @@ def write_gemma4(path: Path, rng: np.random.Generator, *, layers: int = 10,
         add("output.weight", "output", vocab, hidden, 0.1)
     norm("output_norm.weight", hidden)
     n_rot = int(rotated * head_dim_full / 2)
-    w.add_tensor("rope_freqs.weight", np.array([1.0] * n_rot + [1e30] * (head_dim_full // 2 - n_rot),
-                                               np.float32))
+    freqs = [1.0] * n_rot + [1e30] * (head_dim_full // 2 - n_rot)
+    w.add_tensor("rope_freqs.weight", np.array(freqs, np.float32))
     if ple:
         add("per_layer_token_embd.weight", "per_layer_token_embd", vocab, layers * ple, 0.5)
         add("per_layer_model_proj.weight", "per_layer_model_proj", layers * ple, hidden)

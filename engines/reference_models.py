@@ -47,7 +47,8 @@ def gemma4(cfg: Gemma4Config, gg: GGUFModel):
     if any(f != (2 * ffn if double and i >= first_shared else ffn) for i, f in enumerate(cfg.ffn)):
         raise ValueError(f"MLP widths {cfg.ffn}: transformers' Gemma 4 holds one width, "
                          "twice it on the shared layers")
-    kv = {s: {cfg.kv_heads[i] for i in range(cfg.layers) if cfg.kinds[i] == s} for s in (True, False)}
+    kv = {s: {cfg.kv_heads[i] for i in range(cfg.layers) if cfg.kinds[i] == s}
+          for s in (True, False)}
     if len(kv[True]) > 1 or len(kv[False]) > 1 or (kv[True] != kv[False] and not any(cfg.k_eq_v)):
         raise ValueError(f"KV heads {cfg.kv_heads}: transformers' Gemma 4 has one count per "
                          "layer kind, a second only with K = V")

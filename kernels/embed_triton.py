@@ -130,7 +130,8 @@ def per_layer_inputs_triton(proj: torch.Tensor, table: QWeight | torch.Tensor,
     if t:
         _per_layer_inputs_kernel[(triton.cdiv(t, rows), n // p)](
             proj, codes, scales, offset, ids, norm, out, t, proj.stride(0), out.stride(0),
-            codes.stride(0), scales.stride(0), eps, hidden ** -0.5, p ** 0.5, BITS=bits, GROUP=group,
+            codes.stride(0), scales.stride(0), eps, hidden ** -0.5, p ** 0.5, BITS=bits,
+            GROUP=group,
             HAS_OFFSET=not dense and table.offset is not None, ROWS=rows, P=p,
             num_warps=2 if p <= 256 else 4, **launch_options(ids))
     return out

@@ -82,7 +82,7 @@ def choose(m: int, n: int, k: int, group: int, bits: int, itemsize: int = 2) -> 
             return 16, bn, bk, 4, 3, _split(triton.cdiv(n, bn), k, bk)
         bn = 64 if n >= 4096 or n * k >= BIG_W else 32
         return 16, bn, fits[0], 4, 3, _split(triton.cdiv(n, bn), k, fits[0])
-    if m <= 128 and BIG_W <= n * k and n < HEAD_N and itemsize <= 2:
+    if m <= 128 and n * k >= BIG_W and n < HEAD_N and itemsize <= 2:
         return _big_weight(m, n, k, group, bits)
     bk = fits[0] if itemsize <= 2 else k_tile(k, group)
     bm = min(128 if n >= 1024 else 64, max(32, triton.next_power_of_2(m) // 2))

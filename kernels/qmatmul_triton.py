@@ -21,8 +21,18 @@ from . import arrivals
 from .fused_triton import gelu_mul
 from .pdl import launch_options
 from .qmatmul_kernels import _dequantize_kernel, _lse_combine_kernel, _qmatmul_kernel
-from .qmatmul_tiles import (DENSE_BLOCKS, DENSE_GELU_ROWS, HEAD_CHUNK, LARGE_M, MAX_TILES,
-                            Blocks, built_in, check_k_tile, dequantize_tile, takes_dense)
+from .qmatmul_tiles import (
+    DENSE_BLOCKS,
+    DENSE_GELU_ROWS,
+    HEAD_CHUNK,
+    LARGE_M,
+    MAX_TILES,
+    Blocks,
+    built_in,
+    check_k_tile,
+    dequantize_tile,
+    takes_dense,
+)
 from .qweight import QWeight
 
 

@@ -25,10 +25,29 @@ import sys
 import torch
 import torch.nn.functional as F
 import triton
-from bench_shapes import (ALL_LINEARS, ATT_PARTS, ATT_SHAPES, DENSE_LINEARS, DENSE_ROWS,
-                          DENSE_TILES, DEQ_PARTS, DEQ_TILES, FFN, FUSED_TILES, FUSED_TOKENS,
-                          HEAD_DIM, HEAD_TILES, HIDDEN, Q, QMATMUL_PARTS, TILES, WIDE_HIDDEN,
-                          WIDE_TILES, fits, forms)
+from bench_shapes import (
+    ALL_LINEARS,
+    ATT_PARTS,
+    ATT_SHAPES,
+    DENSE_LINEARS,
+    DENSE_ROWS,
+    DENSE_TILES,
+    DEQ_PARTS,
+    DEQ_TILES,
+    FFN,
+    FUSED_TILES,
+    FUSED_TOKENS,
+    HEAD_DIM,
+    HEAD_TILES,
+    HIDDEN,
+    QMATMUL_PARTS,
+    TILES,
+    WIDE_HIDDEN,
+    WIDE_TILES,
+    Q,
+    fits,
+    forms,
+)
 from graph_timing import graph_ms, rank, tile_us
 
 from decider.kernels import attention_triton as att

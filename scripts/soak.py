@@ -37,9 +37,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decider import Choice, Label, MultiLabel, Request, Scale, YesNo
 from decider.client import _remote_error
+from decider.service.convert import request_to_proto
 from decider.v1 import decider_pb2 as pb
 from decider.v1 import decider_pb2_grpc as pb_grpc
-from decider.service.convert import request_to_proto
 
 TEXTS = [
     "I was charged twice for my order, please refund me.",

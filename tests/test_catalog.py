@@ -139,7 +139,8 @@ sha256 = "{hashlib.sha256(b'GGUF-from-the-hub').hexdigest()}"
 
     assert main(["pull", "hubby"]) == 0
     printed = Path(capsys.readouterr().out.strip())
-    assert printed == cat.local_path(cat.get("hubby")) and printed.read_bytes() == b"GGUF-from-the-hub"
+    assert printed == cat.local_path(cat.get("hubby"))
+    assert printed.read_bytes() == b"GGUF-from-the-hub"
     assert calls == [("someone/hubby-GGUF", "hubby-Q4_K_M.gguf", "v1")]
     assert main(["pull", "hubby"]) == 0 and len(calls) == 1  # present: not fetched again
     capsys.readouterr()

@@ -74,7 +74,8 @@ def test_plain_output_answers_in_words(run_cli):
 
 
 def test_text_from_stdin(run_cli):
-    piped = run_cli("run", "gemma-3-270m", "-q", "Is this about money?", "--json", stdin=TEXT.encode())
+    piped = run_cli("run", "gemma-3-270m", "-q", "Is this about money?", "--json",
+                    stdin=TEXT.encode())
     dash = run_cli("run", "gemma-3-270m", "-", "-q", "Is this about money?", "--json",
                    stdin=TEXT.encode())
     given = run_cli("run", "gemma-3-270m", TEXT, "-q", "Is this about money?", "--json")
@@ -125,7 +126,8 @@ HUGE = "x" * (256 * 1024 + 1)
     [
         (["run", "gemma-3-270m", "", "-q", "Q?"], None, "text: must not be empty"),
         (["run", "gemma-3-270m", "text"], None, "--question: is required"),
-        (["run", "gemma-3-270m", "text", "-q", ""], None, "questions[0].question: must not be empty"),
+        (["run", "gemma-3-270m", "text", "-q", ""], None,
+         "questions[0].question: must not be empty"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "-l", "a", "-l", "A"], None, "duplicates"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "-l", "a", "-l", ""], None,
          "labels[1]: must not be empty"),
@@ -207,12 +209,13 @@ def test_answers_do_not_depend_on_label_order(decider):
     b = decider.decide(TEXT, [Choice("Topic?", labels[::-1]), MultiLabel("Which?", labels[::-1])])
     assert a.answers[0].probabilities == b.answers[0].probabilities
     assert list(b.answers[0].probabilities) == labels[::-1]  # reported in the order given
-    assert {d.label: d.p for d in a.answers[1].labels} == {d.label: d.p for d in b.answers[1].labels}
+    assert ({d.label: d.p for d in a.answers[1].labels}
+            == {d.label: d.p for d in b.answers[1].labels})
 
 
 # llama.cpp's logits move with how tokens are grouped into one decode (CPU flash
-# attention past 64 tokens a batch): up to 0.05 in a probability per DESIGN.md, 0.054
-# measured here for the same prompt batched differently.
+# attention past 64 tokens a batch): up to 0.05 in a probability (docs/design.md, "The
+# llama.cpp engine"), 0.054 measured here for the same prompt batched differently.
 P_TOL = 0.08
 
 

@@ -19,19 +19,19 @@ from compressed_tensors.compressors.pack_quantized.base import (
     PackedQuantizationCompressor,
 )
 from compressed_tensors.quantization import QuantizationScheme
+from safetensors.torch import load_file, save_file
+
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.engines.checkpoints import read_model
 from decider.engines.gguf_weights import Packed
 from decider.engines.hf_config import HF_NAMES
+from decider.errors import ConfigError, EngineFailure
 from helpers.checkpoints import (
     assert_the_multimodal_layout_reads_the_same,
     write_checkpoint,
 )
 from helpers.seeds import seeded
 from helpers.tiny import TOL, VOCAB, max_diff, rand_branch, rand_ids
-from safetensors.torch import load_file, save_file
-
-from decider.errors import ConfigError, EngineFailure
 
 SCHEMES = {  # name -> (strategy, group_size, symmetric)
     "g32": ("group", 32, True),

@@ -18,10 +18,10 @@ from contextlib import contextmanager
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from helpers.daemon import DECIDER, free_port, health_status, spawn
 
 from decider import YesNo
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
+from helpers.daemon import DECIDER, free_port, health_status, spawn
 
 TEXT = "I was charged twice for my order, please refund me."
 CALL_LIMIT = 5.0  # engine_call_limit_seconds: a silent engine is hung past this

@@ -13,14 +13,14 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from helpers.daemon import alive, error_details, free_port, health_status, spawn
 
 from decider import Choice, Request, YesNo
 from decider.bench.daemon import requests
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
+from decider.service.convert import request_to_proto
 from decider.v1 import decider_pb2 as pb
 from decider.v1 import decider_pb2_grpc as pb_grpc
-from decider.service.convert import request_to_proto
+from helpers.daemon import alive, error_details, free_port, health_status, spawn
 
 TEXT = "I was charged twice for my order, please refund me."
 QUEUE = 64  # a batch may hold a quarter of it: 16

@@ -17,9 +17,9 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from helpers.daemon import spawn
 
 from decider.v1 import decider_pb2_grpc as pb_grpc
+from helpers.daemon import spawn
 
 ROOT = Path(__file__).resolve().parents[1]
 

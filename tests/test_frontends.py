@@ -10,11 +10,12 @@ import signal
 import subprocess
 import time
 
+import grpc
 import pytest
-from helpers.daemon import DECIDER, alive, free_port, health_status, spawn
 
 from decider import YesNo
 from decider.client import DeciderClient
+from helpers.daemon import DECIDER, alive, free_port, health_status, spawn
 
 QUESTIONS = [YesNo("Is this about money?"), YesNo("Is the customer unhappy?")]
 TEXTS = ["I was charged twice.", "My parcel is late.", "Thanks, all good!"]
@@ -73,5 +74,5 @@ def test_front_end_processes_need_tcp_listeners(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "server.frontends 2 needs TCP listeners" in out.stderr
-    with pytest.raises(Exception):
+    with pytest.raises(grpc.RpcError):
         health_status(f"unix://{tmp_path}/d.sock", timeout=0.5)

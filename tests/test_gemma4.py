@@ -11,9 +11,6 @@ import weakref
 
 import pytest
 import torch
-from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW, kv_bytes
-from helpers.seeds import seeded
-from helpers.tiny import max_diff, rand_branch, rand_ids
 
 from decider.engines import ScoreJob, load_engine
 from decider.engines.gemma4 import Gemma4
@@ -22,6 +19,9 @@ from decider.engines.passes import plan
 from decider.engines.random_gemma4 import write_gemma4
 from decider.errors import ConfigError
 from decider.kernels.fused import rope_tables
+from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW, kv_bytes
+from helpers.seeds import seeded
+from helpers.tiny import max_diff, rand_branch, rand_ids
 
 # fp32 in both engines, different summation orders: up to 4e-5 measured on these models
 # (logits up to ~30, the softcap); a Gemma 3 habit left in moves them by 1e-1 or more

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 import structlog
-from helpers.gemma4_models import VOCAB
-from helpers.seeds import seeded
 from structlog.testing import capture_logs
 
 from decider import Decider, YesNo
@@ -23,6 +21,8 @@ from decider.engines import host
 from decider.engines.random_gemma4 import write_gemma4
 from decider.logs import configure
 from decider.prompts import FORMATS
+from helpers.gemma4_models import VOCAB
+from helpers.seeds import seeded
 
 GEMMA4 = {"gemma-4-e2b-it": "gguf", "gemma-4-e2b-it-w4a16": "checkpoint",
           "gemma-4-e4b-it": "gguf", "gemma-4-e4b-it-w4a16": "checkpoint",

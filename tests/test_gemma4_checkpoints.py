@@ -20,17 +20,17 @@ from compressed_tensors.compressors.pack_quantized.base import (  # noqa: E402
     PackedQuantizationCompressor,
 )
 from compressed_tensors.quantization import QuantizationScheme  # noqa: E402
-from helpers.checkpoints import assert_the_multimodal_layout_reads_the_same  # noqa: E402
-from helpers.gemma4_models import CONFIGS, write_checkpoint  # noqa: E402
-from helpers.seeds import seeded  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from helpers.tiny import max_diff, rand_branch, rand_ids  # noqa: E402
 
 from decider.engines import ScoreJob, load_engine  # noqa: E402
 from decider.engines.checkpoints import read_model  # noqa: E402
 from decider.engines.gguf_weights import Packed  # noqa: E402
 from decider.errors import ConfigError  # noqa: E402
 from decider.kernels.qweight import QWeight  # noqa: E402
+from helpers.checkpoints import assert_the_multimodal_layout_reads_the_same  # noqa: E402
+from helpers.gemma4_models import CONFIGS, write_checkpoint  # noqa: E402
+from helpers.seeds import seeded  # noqa: E402
+from helpers.tiny import max_diff, rand_branch, rand_ids  # noqa: E402
 
 TOL = 1e-3  # as in test_gemma4: fp32 both sides, different summation orders
 LAYOUTS = {  # name -> (config, per-layer table 4-bit, embedding 4-bit (and the head equal))

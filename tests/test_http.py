@@ -14,7 +14,6 @@ import httpx2
 import jsonschema
 import pytest
 import structlog
-from helpers.daemon_thread import KEY, MODEL, DaemonThread
 from typesafe_sdk import (
     Choice,
     Noul,
@@ -31,6 +30,7 @@ from typesafe_sdk import (
 
 from decider.config import HttpSection
 from decider.logs import configure
+from helpers.daemon_thread import KEY, MODEL, DaemonThread
 
 STATE = {"ticket": {"subject": "Duplicate charge",
                     "text": "I was charged twice for order A-104. Please refund me today."},

@@ -12,7 +12,6 @@ import time
 import grpc
 import httpx2
 import pytest
-from helpers.daemon_thread import KEY, MODEL, DaemonThread
 from typesafe_sdk import (
     Noul,
     RetryPolicy,
@@ -25,10 +24,11 @@ from decider import YesNo
 from decider.answers import Outcome
 from decider.client import AsyncDeciderClient
 from decider.config import HttpSection, ServerSection
-from decider.systemone.mapping import parse_body, to_decider
 from decider.questions import Limits
-from decider.v1 import decider_pb2_grpc as pb_grpc
 from decider.service.convert import decision_from_proto, request_to_proto
+from decider.systemone.mapping import parse_body, to_decider
+from decider.v1 import decider_pb2_grpc as pb_grpc
+from helpers.daemon_thread import KEY, MODEL, DaemonThread
 
 AUTH = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
 LATE = json.dumps({"model": MODEL, "state": "The parcel is late.", "questions": {

@@ -9,9 +9,9 @@ import time
 
 import httpx2
 import pytest
-from helpers.daemon_thread import KEY, MODEL, DaemonThread
 
 from decider.config import HttpSection
+from helpers.daemon_thread import KEY, MODEL, DaemonThread
 
 TIMEOUT = 3.0  # the server's request_timeout_seconds: a slow body is refused after it
 AUTH = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}

@@ -11,8 +11,8 @@ import random
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from decider.systemone.mapping import BadBody, parse_body, to_decider
 from decider.questions import Limits
+from decider.systemone.mapping import BadBody, parse_body, to_decider
 
 SEED = int(os.environ.get("HYPOTHESIS_SEED", random.randrange(2**32)))
 LIMITS = Limits()

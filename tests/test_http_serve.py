@@ -10,14 +10,14 @@ from dataclasses import replace
 
 import httpx2
 import pytest
-from helpers.daemon_thread import KEY, MODEL, DaemonThread
-from helpers.pki import write_pki
 from typesafe_sdk import RetryPolicy, TypeSafeAPIConnectionError, TypeSafeClient
 
 from decider.config import Config, HttpSection, TlsSection, parse_config
 from decider.errors import ConfigError
 from decider.http.auth import Keys
 from decider.http.serve import check_http
+from helpers.daemon_thread import KEY, MODEL, DaemonThread
+from helpers.pki import write_pki
 
 DIGEST = "sha256:" + hashlib.sha256(KEY.encode()).hexdigest()
 

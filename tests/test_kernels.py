@@ -7,16 +7,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from decider.engines.random_gguf import T, random_blocks
 
-from decider.engines.layers import qweight
 from decider.engines.gguf_weights import pack
-from decider.kernels import embed
+from decider.engines.layers import qweight
+from decider.engines.random_gguf import T, random_blocks
+from decider.kernels import embed, fused
 from decider.kernels import qmatmul as qm
-from helpers.trees import ancestors, draw, random_forest
-
-from decider.kernels import fused
 from decider.kernels.attention import attend, pass_mask, tree_bounds
+from helpers.trees import ancestors, draw, random_forest
 
 # every test draws from torch's global generator: seeded by the rng fixture
 pytestmark = pytest.mark.usefixtures("rng")

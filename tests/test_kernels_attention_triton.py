@@ -8,13 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from decider.kernels import arrivals
+from decider.kernels.attention import attend
+from decider.kernels.attention_triton import attention_triton
 from helpers.interpreted import triton  # noqa: F401 (first: it turns the interpreter on)
-from helpers.qweights import close  # noqa: E402
-from helpers.trees import draw, forest_inputs  # noqa: E402
-
-from decider.kernels import arrivals  # noqa: E402
-from decider.kernels.attention import attend  # noqa: E402
-from decider.kernels.attention_triton import attention_triton  # noqa: E402
+from helpers.qweights import close
+from helpers.trees import draw, forest_inputs
 
 pytestmark = pytest.mark.usefixtures("rng")
 

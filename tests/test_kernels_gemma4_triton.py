@@ -10,14 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from decider.engines.random_gemma4 import SHAPES
+from decider.kernels import embed, embed_triton, fused, fused_triton
+from decider.kernels import qmatmul as qm
+from decider.kernels import qmatmul_tiles as tiles
+from decider.kernels import qmatmul_triton as qmt
 from helpers.interpreted import triton  # noqa: F401 (first: it turns the interpreter on)
-from decider.kernels import embed, embed_triton, fused, fused_triton  # noqa: E402
-from decider.kernels import qmatmul as qm  # noqa: E402
-from decider.kernels import qmatmul_tiles as tiles  # noqa: E402
-from decider.kernels import qmatmul_triton as qmt  # noqa: E402
-from decider.engines.random_gemma4 import SHAPES  # noqa: E402
-from helpers.qweights import close, random_qweight  # noqa: E402
-from helpers.trees import draw  # noqa: E402
+from helpers.qweights import close, random_qweight
+from helpers.trees import draw
 
 
 def test_add_rms_norm_with_the_layer_scalar_and_without_a_next_norm():
@@ -153,12 +153,13 @@ def test_a_whole_gemma4_engine_call_on_the_triton_kernels_matches_the_reference(
         monkeypatch, tmp_path):
     """Per-layer inputs, a shared layer reading its donor (through the cache in chunks
     for the long job), the softcapped head; within the CPU path's 1e-3."""
-    from decider.engines import ScoreJob
-    from decider.engines.random_gemma4 import write_gemma4
-    from helpers.seeds import seeded
     from test_kernels_triton import (
         assert_on_the_triton_kernels_it_matches_the_reference,
     )
+
+    from decider.engines import ScoreJob
+    from decider.engines.random_gemma4 import write_gemma4
+    from helpers.seeds import seeded
     from helpers.tiny import VOCAB, rand_branch, rand_ids
 
     rng = seeded("whole-engine")
@@ -170,7 +171,7 @@ def test_a_whole_gemma4_engine_call_on_the_triton_kernels_matches_the_reference(
     assert_on_the_triton_kernels_it_matches_the_reference(path, jobs, monkeypatch)
 
 
-def symmetric_qweight(n: int, k: int, group: int = 32) -> "qm.QWeight":
+def symmetric_qweight(n: int, k: int, group: int = 32) -> qm.QWeight:
     """4-bit codes without an offset, fp16 scales: Q4_0 and QAT W4A16 as they are held."""
     scale = (torch.rand(n, k // group) * 0.1 + 0.01).half()
     return qm.QWeight(torch.randint(0, 256, (n, k // 2), dtype=torch.uint8), scale, None,

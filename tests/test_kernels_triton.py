@@ -15,19 +15,22 @@ import itertools
 import pytest
 import torch
 
-from helpers.interpreted import triton  # noqa: F401 (first: it turns the interpreter on)
-from helpers.qweights import close, random_qweight  # noqa: E402
-from helpers.trees import draw, random_job  # noqa: E402
-
-from decider.kernels import arrivals, fused, fused_triton  # noqa: E402
-from decider.kernels.columns import columns  # noqa: E402
-from decider.kernels.columns_triton import columns_triton  # noqa: E402
-from decider.kernels import embed  # noqa: E402
-from decider.kernels import qmatmul as qm  # noqa: E402
-from decider.kernels import embed_triton  # noqa: E402
-from decider.kernels import qmatmul_tiles as tiles  # noqa: E402
-from decider.kernels import qmatmul_triton as qmt  # noqa: E402
-from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton  # noqa: E402
+from decider.kernels import (
+    arrivals,
+    embed,
+    embed_triton,
+    fused,
+    fused_triton,
+)
+from decider.kernels import qmatmul as qm
+from decider.kernels import qmatmul_tiles as tiles
+from decider.kernels import qmatmul_triton as qmt
+from decider.kernels.columns import columns
+from decider.kernels.columns_triton import columns_triton
+from decider.kernels.qmatmul_triton import dequantize_triton, qmatmul_triton
+from helpers.interpreted import triton
+from helpers.qweights import close, random_qweight
+from helpers.trees import draw, random_job
 
 # every test draws from torch's global generator: seeded by the rng fixture
 pytestmark = pytest.mark.usefixtures("rng")
@@ -282,10 +285,9 @@ def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatc
     KV cache in chunks, label rows, the full-vocabulary logsumexp; the projections in
     gemma-3-270m's packed forms (q, k, v and gate, up joined: the fused epilogues run).
     Within the CPU path's 1e-3 of the transformers reference."""
-    from helpers.tiny import VOCAB, rand_branch, rand_ids
-
     from decider.engines import ScoreJob
     from decider.engines.random_gguf import Q4_K_M, write_tiny_gemma3
+    from helpers.tiny import VOCAB, rand_branch, rand_ids
 
     path = write_tiny_gemma3(tmp_path / "m.gguf", rng, layers=2, window=16, vocab=VOCAB,
                              types=Q4_K_M)
@@ -297,10 +299,9 @@ def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatc
 def assert_on_the_triton_kernels_it_matches_the_reference(path, jobs, monkeypatch) -> None:
     """The torch engine's score() on `path` with every operation on the Triton kernels
     (CPU tensors, interpreted, fp32, 48-token passes) within 1e-3 of the reference."""
-    from helpers.tiny import max_diff
-
     from decider.engines import load_engine
     from decider.kernels import dispatch
+    from helpers.tiny import max_diff
 
     reference = load_engine("reference", path, 256)
     monkeypatch.setattr(dispatch, "triton", lambda x: True)

@@ -2,7 +2,8 @@
 26B-A4B's mixture of experts): swa_full off and the caches it allocated, checked as for
 Gemma 3; p_yes against the transformers reference (Q4_0 within its measured noise, F32
 weights tighter); a shared prefix equal to plain one-sequence decodes; and the field
-note's arithmetic on a model of 31B's attention layout. Fresh random weights and prompts (seeds printed)."""
+note's arithmetic on a model of 31B's attention layout. Fresh random weights and prompts
+(seeds printed)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,12 @@ from decider.engines.random_gemma4 import (  # noqa: E402
     layer_kinds,
     write_gemma4,
 )
+from decider.errors import ConfigError  # noqa: E402
 from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW  # noqa: E402
 from helpers.plain_llama import plain_llama, plain_rows  # noqa: E402
 from helpers.real_prompts import p_yes_gaps  # noqa: E402
 from helpers.seeds import seeded  # noqa: E402
 from helpers.tiny import rand_ids  # noqa: E402
-
-from decider.errors import ConfigError  # noqa: E402
 
 LOGIT_TOL = 1e-4  # the engine against plain decodes of the same batches (test_llama_engine)
 N_CTX = 4096

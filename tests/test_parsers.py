@@ -24,10 +24,10 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from decider.commands import flag_config
+from decider.commands.jsonl import request_at
 from decider.commands.parser import parser
 from decider.commands.run import run_input
 from decider.config import parse_config
-from decider.commands.jsonl import request_at
 from decider.errors import ConfigError, InvalidRequest
 from decider.questions import QUESTION_TYPES, Limits, Request, request_from_dict
 

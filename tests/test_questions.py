@@ -67,7 +67,8 @@ def test_request_from_dict_builds_every_type():
         "instructions": "be brief",
         "questions": [
             {"question": "yes?"},
-            {"type": "choice", "question": "which?", "labels": ["a", {"name": "b", "description": "B"}]},
+            {"type": "choice", "question": "which?",
+             "labels": ["a", {"name": "b", "description": "B"}]},
             {"type": "multi_label", "question": "any?", "labels": ["x"], "threshold": 0.3},
             {"type": "scale", "question": "how much?", "levels": ["low", "high"]},
         ],

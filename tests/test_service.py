@@ -9,12 +9,12 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from helpers.daemon import error_details, health_status, spawn
 
 from decider import Choice, Label, MultiLabel, Request, Scale, YesNo
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
 from decider.v1 import decider_pb2 as pb
 from decider.v1 import decider_pb2_grpc as pb_grpc
+from helpers.daemon import error_details, health_status, spawn
 
 TEXT = "I was charged twice for my order, please refund me."
 QUESTIONS = [
@@ -26,7 +26,8 @@ QUESTIONS = [
 # The daemon and the in-process API run the same engine on the same machine; a request
 # that rides alone in its engine call gets the very same logits. Batched with others,
 # llama.cpp's logits move with the batch shape: up to 0.05 in a probability per
-# DESIGN.md, 0.054 measured on this model (tests/test_llama_engine.py) - hence 0.08.
+# docs/design.md ("The llama.cpp engine"), 0.054 measured on this model
+# (tests/test_llama_engine.py) - hence 0.08.
 P_TOL = 0.08
 NEAR_TIE = 0.1
 QUEUE = 64  # the daemon's --max-queue: room for 64 concurrent clients

@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers.daemon import DECIDER, health_status, spawn
 
 from decider import YesNo
 from decider.client import AsyncDeciderClient, DeciderClient, RemoteError
+from helpers.daemon import DECIDER, health_status, spawn
 
 ROOT = Path(__file__).parents[1]
 WATCHDOG_USEC = 1_000_000  # pings every 0.5 s

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from helpers.daemon import free_port, spawn
-from helpers.pki import write_pki
 
 from decider import YesNo
 from decider.client import DeciderClient, RemoteError
+from helpers.daemon import free_port, spawn
+from helpers.pki import write_pki
 
 
 def test_tls_with_client_certificates(tmp_path, model_path):

@@ -9,11 +9,16 @@ import sys
 
 import numpy as np
 import pytest
-from decider.engines.random_gguf import T, write_tiny_gemma3
 
 from decider.engines import Branch, ScoreJob, load_engine
-from decider.errors import (ActivationOverflow, ConfigError, EngineFailure, EngineOutOfMemory,
-                            PromptTooLong)
+from decider.engines.random_gguf import T, write_tiny_gemma3
+from decider.errors import (
+    ActivationOverflow,
+    ConfigError,
+    EngineFailure,
+    EngineOutOfMemory,
+    PromptTooLong,
+)
 from helpers.seeds import seeded
 from helpers.tiny import TOL, VOCAB, WINDOW, max_diff, rand_branch, rand_ids
 from helpers.unwritten import assert_unwritten_rows_refused

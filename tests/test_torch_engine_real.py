@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.real_prompts import (assert_within_llama_bounds, fixed_requests, p_yes,
-                                  p_yes_gaps, words)
 
 from decider import Decider, Request, YesNo
 from decider.engines import Branch, ScoreJob
+from helpers.real_prompts import (
+    assert_within_llama_bounds,
+    fixed_requests,
+    p_yes,
+    p_yes_gaps,
+    words,
+)
 
 # Both fp32 on the same weights (packed here, gguf-dequantized there): 1.1e-5 measured
 # on logits of size ~10-40; 1e-3 catches any wrong mask, rope, norm or scale (>= 1e-1).

@@ -36,8 +36,8 @@ def requests(tokens: int, n: int) -> list[Request]:
 async def _drive(address: str, clients: int, per_client: int, tokens: int) -> dict:
     import grpc
 
-    from ..v1 import decider_pb2_grpc as pb_grpc
     from ..service.convert import request_to_proto
+    from ..v1 import decider_pb2_grpc as pb_grpc
 
     protos = [request_to_proto(r) for r in requests(tokens, 64)]
     channels = [grpc.aio.insecure_channel(address) for _ in range(min(8, clients))]

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import argparse
 
-from . import EXIT_OK, flag_config, load_options
 from ..errors import FieldViolation, InvalidRequest, ModelNotFound
+from . import EXIT_OK, flag_config, load_options
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..bench.engines import run_bench, run_engine_bench
     from ..bench.daemon import run_service_bench
+    from ..bench.engines import run_bench, run_engine_bench
 
     cfg = flag_config(args)
     if args.engines:
-        if not 1 <= args.questions or 9 * args.questions + 1 > min(
+        if args.questions < 1 or 9 * args.questions + 1 > min(
                 (*args.prompt_tokens, args.batch_tokens)):
             raise InvalidRequest([FieldViolation("--questions", "at least 1, each 9 tokens "
                                                  "of every prompt after its BOS")])

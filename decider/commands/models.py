@@ -7,6 +7,7 @@ import json
 
 from . import EXIT_OK
 
+
 def cmd_models(args: argparse.Namespace) -> int:
     from ..catalog import Catalog
 

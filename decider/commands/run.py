@@ -8,10 +8,9 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from . import jsonl
-from . import EXIT_OK, exit_code, flag_config, load_options
 from ..errors import DeciderError, FieldViolation, InvalidRequest
 from ..questions import Choice, Label, Limits, MultiLabel, Question, Request, Scale, YesNo
+from . import EXIT_OK, exit_code, flag_config, jsonl, load_options
 
 if TYPE_CHECKING:
     from ..config import Config

@@ -31,8 +31,8 @@ def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from ..config import FLAGS, check_socket_dirs, load_config, with_flags
-    from ..service.listeners import check_listeners
     from ..logs import configure
+    from ..service.listeners import check_listeners
 
     flag_config(args)  # a bad flag is refused before the file is even read
     flags = {dest: getattr(args, dest) for dest in FLAGS}

@@ -17,16 +17,6 @@ from .. import __version__
 from ..errors import DeciderError, InvalidRequest, ModelNotFound, Unavailable
 from ..service.frontend import Frontend
 from ..service.metrics import Metrics
-from .auth import Keys, digest
-from .body import read_body
-from .errors import (
-    Refused,
-    error_response,
-    field_errors_response,
-    json_response,
-    refusal,
-)
-from .observer import Front
 from ..systemone.mapping import BadBody, parse_body, to_decider
 from ..systemone.schema import (
     ModelCard,
@@ -36,6 +26,16 @@ from ..systemone.schema import (
     SystemOneResponse,
     ValidationFailed,
 )
+from .auth import Keys, digest
+from .body import read_body
+from .errors import (
+    Refused,
+    error_response,
+    field_errors_response,
+    json_response,
+    refusal,
+)
+from .observer import HttpObserver
 
 log = structlog.get_logger("decider.http")
 REFUSALS = {
@@ -141,8 +141,9 @@ class _Direct(APIRoute):
         return self.endpoint
 
 
-def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = None) -> Front:
-    """The ASGI application: FastAPI's, inside Front (which sees every response, FastAPI's
+def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = None
+              ) -> HttpObserver:
+    """The ASGI application: FastAPI's, inside HttpObserver (which sees every response, FastAPI's
     own 500 included, to give it a request id, a log line and its metrics)."""
     app = FastAPI(title="decider: the System One API", version=__version__, docs_url=None,
                   redoc_url=None, openapi_url="/openapi.json")
@@ -150,7 +151,7 @@ def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = 
     metrics = metrics or Metrics()
 
     def served():
-        model = frontend.served()
+        model = frontend.facts()
         if model is None:
             raise Unavailable("no model is loaded yet")
         return model
@@ -222,4 +223,4 @@ def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = 
         e.status, e.reason, e.message, e.headers, **e.metadata)))
     app.add_exception_handler(Exception, _unexpected)
     app.openapi = lambda: _openapi(app)
-    return Front(app, metrics)
+    return HttpObserver(app, metrics)

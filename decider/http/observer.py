@@ -23,7 +23,7 @@ PROBES = ("/healthz", "/readyz", "/metrics")  # logged at debug: scraped every f
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-class Front:
+class HttpObserver:
     """Pure ASGI middleware (no per-request task, unlike Starlette's BaseHTTPMiddleware),
     outside FastAPI's stack so that its 500 for a bug passes here too."""
 

@@ -7,6 +7,7 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from .. import __version__
 from ..answers import (
     Answer,
     ChoiceAnswer,
@@ -17,7 +18,6 @@ from ..answers import (
     Usage,
     YesNoAnswer,
 )
-from .. import __version__
 from ..errors import DeciderError, FieldViolation, InvalidRequest
 from ..prompts import TEMPLATE_VERSION
 from ..questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo

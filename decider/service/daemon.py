@@ -35,17 +35,17 @@ from pathlib import Path
 import structlog
 
 from ..config import Config
+from ..errors import EngineDied, EngineHung
+from ..logs import configure
 from .engine_loop import EXIT_ENGINE_FAILED
 from .engine_process import EngineProcess
-from ..errors import EngineDied, EngineHung
-from .frontend import Served
-from .messages import Down, Serve, Stop, WireError
-from .workers import FrontendWorker
+from .frontend import ServedModel
 from .listeners import check_listeners, claim_addresses
-from ..logs import configure
+from .messages import Down, Serve, Stop, WireError
 from .metrics import Metrics, process_ended
 from .servers import Servers
 from .systemd import Notifier
+from .workers import FrontendWorker
 
 log = structlog.get_logger("decider.server")
 
@@ -120,7 +120,7 @@ class Daemon:
                  engine=facts.engine, n_ctx=facts.info.n_ctx, sha256=facts.sha256,
                  metrics_port=metrics_port, config=self.cfg.source)
 
-    async def _start_engine(self, cfg: Config) -> tuple[EngineProcess, Served]:
+    async def _start_engine(self, cfg: Config) -> tuple[EngineProcess, ServedModel]:
         """A new engine process, loaded and warmed, and the front end's view of it."""
         self._generation += 1
         address = f"ipc://{self._run_dir}/engine-{self._generation}.sock"
@@ -129,14 +129,14 @@ class Daemon:
         engine.ended.add_done_callback(lambda _: self.engines.discard(engine))
         try:
             facts = await engine.ready()
-            served = await Served.open(facts, address, cfg.limits)
+            served = await ServedModel.open(facts, address, cfg.limits)
         except BaseException:
             engine.kill()
             raise
         self._tasks.append(asyncio.create_task(self._watch(engine, served)))
         return engine, served
 
-    def _swap(self, engine: EngineProcess, served: Served, limits) -> None:
+    def _swap(self, engine: EngineProcess, served: ServedModel, limits) -> None:
         """`engine` serves from now on, in every front end; the one before it answers
         what it holds, then exits."""
         old, self.engine, self.frontend.current = self.engine, engine, served
@@ -222,7 +222,7 @@ class Daemon:
 
     # -- an engine's end, a hung engine ----------------------------------------------------
 
-    async def _watch(self, engine: EngineProcess, served: Served) -> None:
+    async def _watch(self, engine: EngineProcess, served: ServedModel) -> None:
         """When an engine process ends, every request it held is refused at once; if it
         was the serving one, the supervisor replaces it."""
         code = await engine.ended

@@ -141,7 +141,7 @@ class EngineLoop:
 
         try:
             results = guarded_score(self.engine, self.guard, [w.job for w in batch], stop)
-        except Exception as e:  # the call itself failed: all of it fails
+        except Exception as e:  # noqa: BLE001 - the call itself failed: all of it fails
             error = e if isinstance(e, DeciderError) else EngineFailure(
                 f"the engine call failed: {type(e).__name__}: {e}")
             log.error("engine failure", reason=error.reason, error=error.message,

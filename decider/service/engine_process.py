@@ -1,6 +1,6 @@
 """The engine process: it owns the model and the device and runs the engine loop, so no
-front end's Python work ever takes the GIL from it (DESIGN.md: with the engine in a thread
-of the gRPC process, 8% of its rate reached clients).
+front end's Python work ever takes the GIL from it (docs/design.md, "The service": with
+the engine in a thread of the gRPC process, 8% of its rate reached clients).
 
 `engine_main` runs in the child (spawned, never forked: CUDA and llama.cpp threads do not
 survive a fork). `EngineProcess` is the supervisor's handle on it: start, wait until it
@@ -41,7 +41,7 @@ def load_model(cfg: Config):
     d = Decider(entry, engine=m.engine or None, n_ctx=m.n_ctx or None, limits=cfg.limits,
                 catalog=catalog, **options)
     try:
-        d.model_sha256  # hashed before READY, not on the first request
+        _ = d.model_sha256  # hashed before READY, not on the first request
         d.engine.warm_up(cfg.server.max_batch)
         d.decide("warm-up", [YesNo("Is this a warm-up?")])
     except BaseException:
@@ -55,8 +55,8 @@ def engine_main(cfg: Config, address: str, conn, heartbeat) -> None:
     _obey_the_supervisor_only()
     import zmq
 
-    from .engine_loop import EngineLoop
     from ..logs import configure
+    from .engine_loop import EngineLoop
     from .metrics import Metrics
 
     configure(level=cfg.server.log_level, fmt=cfg.server.log_format, stream=sys.stdout)

@@ -13,8 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..answers import Decision, Outcome, Usage
-from .engine_client import EngineClient
-from .messages import ModelFacts
 from ..errors import (
     FieldViolation,
     InvalidRequest,
@@ -25,12 +23,14 @@ from ..errors import (
 from ..plan import Plan, Planner
 from ..prompts import FORMATS
 from ..questions import Limits, Request
+from .engine_client import EngineClient
+from .messages import ModelFacts
 
 INLINE_TEXT = 2048  # characters planned on the loop: ~0.15 ms with the cached pieces
 
 
 @dataclass(frozen=True, slots=True)
-class Served:
+class ServedModel:
     """One engine process's model, as the front ends use it."""
 
     facts: ModelFacts
@@ -38,7 +38,7 @@ class Served:
     client: EngineClient
 
     @classmethod
-    async def open(cls, facts: ModelFacts, address: str, limits: Limits) -> Served:
+    async def open(cls, facts: ModelFacts, address: str, limits: Limits) -> ServedModel:
         """The model's tokenizer is loaded in a thread (seconds for a large vocabulary;
         llama.cpp lets go of the GIL), so health checks are answered meanwhile."""
         planner = await asyncio.to_thread(_planner, facts, limits)
@@ -55,7 +55,7 @@ def _planner(facts: ModelFacts, limits: Limits) -> Planner:
 
 class Frontend:
     def __init__(self, max_queue: int, limits: Limits, request_timeout: float) -> None:
-        self.current: Served | None = None  # None while no engine is ready
+        self.current: ServedModel | None = None  # None while no engine is ready
         self.max_queue = max_queue
         self.limits = limits
         self.request_timeout = request_timeout  # the deadline of a request without one
@@ -63,7 +63,7 @@ class Frontend:
         self._held: Counter[str] = Counter()  # places in the queue per TCP connection
         self._planning = ThreadPoolExecutor(min(8, os.cpu_count() or 1), "decider-plan")
 
-    def served(self) -> ModelFacts | None:
+    def facts(self) -> ModelFacts | None:
         return self.current.facts if self.current is not None else None
 
     def ready(self) -> bool:
@@ -107,7 +107,7 @@ class Frontend:
                             f"the queue of {self.max_queue})", max_queue=self.max_queue,
                             connection_share=self.share)
 
-    async def _plan(self, served: Served, request: Request) -> Plan:
+    async def _plan(self, served: ServedModel, request: Request) -> Plan:
         """A short text is planned here, busy or not: its tokens come mostly from the
         cached pieces, and the thread hop (a future, a wake-up of the loop, the GIL handed
         back and forth) would cost more than the planning. A long one in a thread, where

@@ -17,8 +17,8 @@ import structlog
 from grpc_status import rpc_status
 
 from ..errors import DeciderError, FieldViolation, InvalidRequest
-from .metrics import Metrics
 from .convert import error_status, internal_status
+from .metrics import Metrics
 
 log = structlog.get_logger("decider.server")
 

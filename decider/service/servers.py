@@ -16,13 +16,13 @@ from grpc_reflection.v1alpha import reflection
 from ..catalog import Catalog
 from ..config import Config
 from ..errors import ServerStopping
-from .frontend import Frontend
-from .listeners import bind, grpc_server
-from .metrics import Metrics
-from .interceptor import Observer
-from .servicer import DeciderService
 from ..v1 import decider_pb2 as pb
 from ..v1 import decider_pb2_grpc as pb_grpc
+from .frontend import Frontend
+from .interceptor import Observer
+from .listeners import bind, grpc_server
+from .metrics import Metrics
+from .servicer import DeciderService
 
 log = structlog.get_logger("decider.server")
 

@@ -8,11 +8,11 @@ import time
 
 from ..catalog import Catalog
 from ..errors import DeciderError
-from .frontend import Frontend
-from .interceptor import Observer, request_id
 from ..v1 import decider_pb2 as pb
 from ..v1 import decider_pb2_grpc as pb_grpc
 from .convert import item_error, request_from_proto, response_to_proto
+from .frontend import Frontend
+from .interceptor import Observer, request_id
 
 
 def deadline_of(context) -> float | None:

@@ -30,7 +30,7 @@ def worker_main(cfg: Config, conn) -> None:
 
 
 async def _serve(cfg: Config, conn) -> None:
-    from .frontend import Served
+    from .frontend import ServedModel
     from .metrics import Metrics
     from .servers import Servers
 
@@ -42,7 +42,7 @@ async def _serve(cfg: Config, conn) -> None:
     async def swap(message: Serve | Down) -> None:
         old = servers.frontend.current
         if isinstance(message, Serve):
-            servers.frontend.current = await Served.open(message.facts, message.address,
+            servers.frontend.current = await ServedModel.open(message.facts, message.address,
                                                          message.limits)
         else:
             servers.frontend.current = None

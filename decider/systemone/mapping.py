@@ -32,7 +32,7 @@ from ..questions import (
     Scale,
     YesNo,
 )
-from .render import JSON_ERROR, is_empty, non_finite, render, render_line
+from .render import JSON_ERROR, content_line, content_text, is_empty, non_finite
 from .schema import (
     ChoiceAnswer,
     ChoiceQuestion,
@@ -83,8 +83,10 @@ def _plain(ctx: dict | None) -> dict:
     return {k: v if isinstance(v, ok) else str(v) for k, v in (ctx or {}).items()}
 
 
-def confidence(ps: list[float]) -> float:
-    """0 for a uniform distribution, 1 for a certain one: 1 - H(p) / ln(n)."""
+def certainty(ps: list[float]) -> float:
+    """What System One answers as `confidence`: 0 for a uniform distribution, 1 for a
+    certain one, 1 - H(p) / ln(n). (decider's own confidence, ChoiceAnswer.confidence, is
+    the chosen label's probability.)"""
     if len(ps) < 2:
         return 1.0
     entropy = -sum(p * math.log(p) for p in ps if p > 0)
@@ -102,18 +104,18 @@ class _Slot:
 def _sure(ask: str, name: str, description, at: tuple, locs: tuple, read):
     """A one-option choice or one-level score: one branch (the state meets the same window
     check), its answer certain."""
-    return MultiLabel(ask, [Label(name, render_line(description))]), _Slot(at[1], at, locs, read)
+    return MultiLabel(ask, [Label(name, content_line(description))]), _Slot(at[1], at, locs, read)
 
 
 def _ask(key: str, q) -> tuple[Question, _Slot]:
-    ask = render(q.instructions) if q.instructions is not None else ASK_BY_DEFAULT[q.type]
+    ask = content_text(q.instructions) if q.instructions is not None else ASK_BY_DEFAULT[q.type]
     at = ("questions", key, q.type)
     if isinstance(q, NoulQuestion):
         c = q.criteria
         if c is None or (c.true is None and c.false is None):
             return YesNo(ask), _Slot(key, at, (), lambda a: NoulAnswer(
                 noul=a.p_yes, label_mass=a.label_mass))
-        labels = [Label("yes", render_line(c.true)), Label("no", render_line(c.false))]
+        labels = [Label("yes", content_line(c.true)), Label("no", content_line(c.false))]
         return Choice(ask, labels), _Slot(key, at, ("true", "false"), lambda a: NoulAnswer(
             noul=a.probabilities["yes"], label_mass=a.label_mass))
     if isinstance(q, ChoiceQuestion):
@@ -122,9 +124,9 @@ def _ask(key: str, q) -> tuple[Question, _Slot]:
             return _sure(ask, names[0], q.criteria[names[0]], at, names, lambda a: ChoiceAnswer(
                 choice=names[0], confidence=1.0, probabilities={names[0]: 1.0},
                 label_mass=a.label_mass))
-        labels = [Label(n, render_line(d)) for n, d in q.criteria.items()]
+        labels = [Label(n, content_line(d)) for n, d in q.criteria.items()]
         return Choice(ask, labels), _Slot(key, at, names, lambda a: ChoiceAnswer(
-            choice=a.label, confidence=confidence(list(a.probabilities.values())),
+            choice=a.label, confidence=certainty(list(a.probabilities.values())),
             probabilities=a.probabilities, label_mass=a.label_mass))
     if isinstance(q, ScoreQuestion):
         legend = {str(i): level for i, level in enumerate(q.criteria)}
@@ -133,12 +135,12 @@ def _ask(key: str, q) -> tuple[Question, _Slot]:
             return _sure(ask, "0", q.criteria[0], at, indices, lambda a: ScoreAnswer(
                 score=0.0, confidence=1.0, legend=legend, probabilities={"0": 1.0},
                 label_mass=a.label_mass))
-        levels = [Label(str(i), render_line(level)) for i, level in enumerate(q.criteria)]
+        levels = [Label(str(i), content_line(level)) for i, level in enumerate(q.criteria)]
         return Scale(ask, levels), _Slot(key, at, indices, lambda a: ScoreAnswer(
-            score=a.expected_index, confidence=confidence(list(a.probabilities.values())),
+            score=a.expected_index, confidence=certainty(list(a.probabilities.values())),
             legend=legend, probabilities=a.probabilities, label_mass=a.label_mass))
     limit = {n: q.thresholds.get(n, q.threshold) for n in q.criteria}
-    labels = [Label(n, render_line(d)) for n, d in q.criteria.items()]
+    labels = [Label(n, content_line(d)) for n, d in q.criteria.items()]
 
     def read_multi(a) -> MultiLabelAnswer:
         verdicts = {d.label: LabelVerdict(p=d.p, threshold=limit[d.label],
@@ -208,7 +210,7 @@ def to_decider(body: SystemOneRequest, limits: Limits) -> Asked:
         question, slot = _ask(key, q)
         questions.append(question)
         slots.append(slot)
-    asked = Asked(Request(render(body.state), tuple(questions)), tuple(slots))
+    asked = Asked(Request(content_text(body.state), tuple(questions)), tuple(slots))
     try:
         asked.request.validate(limits)
     except InvalidRequest as e:

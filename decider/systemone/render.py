@@ -18,13 +18,13 @@ from .schema import Content
 JSON_ERROR = "holds a non-finite number (NaN or Infinity), which JSON does not allow"
 
 
-def render(value: Content) -> str:
+def content_text(value: Content) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, indent=2)
 
 
-def render_line(value: Content | None) -> str:
+def content_line(value: Content | None) -> str:
     if value is None:
         return ""
     if isinstance(value, str):

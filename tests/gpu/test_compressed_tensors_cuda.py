@@ -11,10 +11,9 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 pytest.importorskip("compressed_tensors", reason="the library writes the checkpoints")
 
+from decider.engines import load_engine  # noqa: E402
 from helpers.checkpoints import write_checkpoint  # noqa: E402
 from helpers.yes_no_jobs import assert_p_yes_close  # noqa: E402
-
-from decider.engines import load_engine  # noqa: E402
 
 
 @pytest.mark.parametrize("group", [32, 128])

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW, write_checkpoint
-from helpers.seeds import seeded
-from helpers.yes_no_jobs import NEAR_TIE, P_TOL, jobs, p_yes
 
 from decider.engines import load_engine
 from decider.engines.random_gemma4 import write_gemma4
+from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW, write_checkpoint
+from helpers.seeds import seeded
+from helpers.yes_no_jobs import NEAR_TIE, P_TOL, jobs, p_yes
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

@@ -23,15 +23,17 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     pytest.skip("TRITON_INTERPRET=1 in this process: the kernels would not compile",
                 allow_module_level=True)
 
-from helpers.trees import forest_inputs, random_job  # noqa: E402
-
-from decider.kernels import arrivals, fused  # noqa: E402
-from decider.kernels import embed  # noqa: E402
+from decider.kernels import (  # noqa: E402
+    arrivals,
+    embed,
+    fused,
+)
 from decider.kernels import qmatmul as qm  # noqa: E402
 from decider.kernels.attention import attend  # noqa: E402
 from decider.kernels.attention_triton import attention_triton  # noqa: E402
 from decider.kernels.columns import columns  # noqa: E402
 from decider.kernels.qmatmul_triton import qmatmul_triton  # noqa: E402
+from helpers.trees import forest_inputs, random_job  # noqa: E402
 
 DEV = "cuda"
 

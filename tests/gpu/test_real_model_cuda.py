@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.real_prompts import (assert_within_llama_bounds, fixed_requests, p_yes,
-                                  p_yes_gaps, words)
 
 from decider import Decider, Request, YesNo
+from helpers.real_prompts import (
+    assert_within_llama_bounds,
+    fixed_requests,
+    p_yes,
+    p_yes_gaps,
+    words,
+)
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

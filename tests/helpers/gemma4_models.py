@@ -10,7 +10,6 @@ import numpy as np
 
 from decider.engines.random_gemma4 import QAT_Q4_0, layer_kinds
 
-
 VOCAB, WINDOW = 384, 16
 CONFIGS = {
     # E2B's layout: full every 5th layer, KV shared by the last half, per-layer inputs,
@@ -64,9 +63,10 @@ def write_checkpoint(path, spec: dict, rng: np.random.Generator, *, ple_4bit: bo
     tensors; the per-layer table bf16, or 4-bit as well (ple_4bit: the "emb4" repacks);
     embeddings_4bit: the token embedding too, so that a head equal to it shares its codes."""
     import torch
-    from .checkpoints import quantize_and_save
     from compressed_tensors.quantization import QuantizationArgs
     from transformers import Gemma4ForCausalLM
+
+    from .checkpoints import quantize_and_save
 
     torch.manual_seed(int(rng.integers(2**31)))
     model = Gemma4ForCausalLM(hf_config(spec))

@@ -14,7 +14,7 @@ from cryptography.x509.oid import NameOID
 
 
 def _cert(name: str, key, issuer_name=None, issuer_key=None, ca=False):
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     builder = (x509.CertificateBuilder().subject_name(subject)
                .issuer_name(issuer_name or subject).public_key(key.public_key())
