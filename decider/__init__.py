@@ -10,12 +10,10 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "ChoiceAnswer": "answers", "Decision": "answers", "LabelDecision": "answers",
-    "MultiLabelAnswer": "answers", "ScaleAnswer": "answers", "YesNoAnswer": "answers",
-    "Decider": "api", "DeciderError": "errors",
-    "Choice": "questions", "Label": "questions", "Limits": "questions",
-    "MultiLabel": "questions", "Request": "questions", "Scale": "questions",
-    "YesNo": "questions",
+    "Decision": "answers", "Decider": "api", "DeciderError": "errors",
+    **{name: "questions" for name in (
+        "Choice", "ChoiceAnswer", "Label", "LabelDecision", "Limits", "MultiLabel",
+        "MultiLabelAnswer", "Request", "Scale", "ScaleAnswer", "YesNo", "YesNoAnswer")},
 }
 __all__ = [*sorted(_PUBLIC), "__version__"]
 

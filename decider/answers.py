@@ -1,78 +1,11 @@
-"""Typed answers. Every answer reports label_mass: the share of the full-vocabulary
-probability at the answer position that fell on the label tokens. A low mass says the
-model is not answering in label space, whatever the normalised probabilities say."""
+"""A decision: the typed answers to a request's questions (each type's answer class lives
+with its question, decider/questions/), with the usage and the provenance."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import ClassVar
 
-
-def _json_shaped(value):
-    if isinstance(value, (tuple, list)):
-        return [_json_shaped(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _json_shaped(v) for k, v in value.items()}
-    return value
-
-
-class _Answer:
-    __slots__ = ()
-    type: ClassVar[str]
-
-    def to_dict(self) -> dict:
-        return {"type": self.type, **_json_shaped(asdict(self))}
-
-
-@dataclass(frozen=True, slots=True)
-class YesNoAnswer(_Answer):
-    question: str
-    p_yes: float
-    decision: bool  # p_yes >= threshold
-    threshold: float
-    label_mass: float
-    type: ClassVar[str] = "yes_no"
-
-
-@dataclass(frozen=True, slots=True)
-class ChoiceAnswer(_Answer):
-    question: str
-    label: str  # the most probable label
-    confidence: float  # its probability
-    probabilities: dict[str, float]  # every label, in the order given; they sum to 1
-    label_mass: float
-    type: ClassVar[str] = "choice"
-
-
-@dataclass(frozen=True, slots=True)
-class LabelDecision:
-    label: str
-    p: float  # probability that the label applies (its own yes/no)
-    chosen: bool  # p >= threshold
-    label_mass: float
-
-
-@dataclass(frozen=True, slots=True)
-class MultiLabelAnswer(_Answer):
-    question: str
-    labels: tuple[LabelDecision, ...]  # in the order given
-    chosen: tuple[str, ...]
-    threshold: float
-    label_mass: float  # the lowest over the labels' branches
-    type: ClassVar[str] = "multi_label"
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleAnswer(_Answer):
-    question: str
-    level: str  # the most probable level
-    expected_index: float  # probability-weighted level position, 0 = lowest
-    probabilities: dict[str, float]  # every level, lowest first; they sum to 1
-    label_mass: float
-    type: ClassVar[str] = "scale"
-
-
-Answer = YesNoAnswer | ChoiceAnswer | MultiLabelAnswer | ScaleAnswer
+from .questions import Answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +38,4 @@ class Outcome:
     queue_ms: float
     compute_ms: float
     model_sha256: str  # of the model that computed it
+    template_version: str  # of the prompts that asked it

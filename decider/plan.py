@@ -1,5 +1,6 @@
 """A request as engine work: one ScoreJob (shared prefix + branches), and the way back
-from the branches' raw logits to typed answers."""
+from the branches' raw logits to typed answers. The one place a request is validated
+and checked against the loaded window (the engine checks its window again)."""
 
 from __future__ import annotations
 
@@ -10,26 +11,9 @@ from dataclasses import dataclass, field
 
 from decider.engines.base import Branch, BranchResult, Engine, ScoreJob
 
-from .answers import (
-    Answer,
-    ChoiceAnswer,
-    LabelDecision,
-    MultiLabelAnswer,
-    ScaleAnswer,
-    YesNoAnswer,
-)
 from .errors import FieldViolation, InvalidRequest, PromptTooLong, WorkTooLarge
-from .prompts import YES, Piece, PromptFormat, canonical, plan_branches
-from .questions import (
-    Choice,
-    Limits,
-    MultiLabel,
-    Question,
-    Request,
-    Scale,
-    YesNo,
-    options_of,
-)
+from .prompts import Piece, PromptFormat
+from .questions import Answer, Limits, Question, Request, Scored
 from .scoring import Candidates, answer_log_probs, build_candidates, label_mass, logsumexp
 
 Tokenize = Callable[..., list[int]]  # (text, special=False): the engine's tokenize
@@ -58,11 +42,8 @@ class Plan:
     def read(self, results: Sequence[BranchResult]) -> tuple[Answer, ...]:
         """Typed answers from the engine's (already guarded) results for this job."""
         it = iter(results)
-        answers = []
-        for q, keys in zip(self.questions, self.keys):
-            scored = [(_probabilities(k, r), label_mass(r)) for k, r in zip(keys, it)]
-            answers.append(_answer(q, keys, scored))
-        return tuple(answers)
+        return tuple(q.answer([_scored(k, r) for k, r in zip(keys, it)])
+                     for q, keys in zip(self.questions, self.keys))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +96,7 @@ def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int
     branches, keys = [], []
     for q in request.questions:
         q_keys = []
-        for bp in plan_branches(q, fmt):
+        for bp in q.branches(fmt):
             cands = build_candidates([fmt.surface_forms(a) for a in bp.answers], short, end)
             branches.append(Branch(_tokens(bp.suffix, short), cands.sequences))
             q_keys.append(_BranchKey(cands, bp.answers))
@@ -137,43 +118,17 @@ def _refuse_control_labels(request: Request, tokenize: Tokenize) -> None:
     would be scored as text the model never writes, so it is refused."""
     bad = []
     for i, q in enumerate(request.questions):
-        field = "levels" if isinstance(q, Scale) else "labels"
-        for j, label in enumerate(options_of(q)):
-            if tokenize(label.name, special=True) != tokenize(label.name):
-                bad.append(FieldViolation(
-                    f"questions[{i}].{field}[{j}]",
-                    f"{label.name!r} spells a control token of the model, not answer text"))
+        name, labels = q.options()
+        bad += [FieldViolation(("questions", i, name, j), f"{label.name!r} spells a control "
+                               "token of the model, not answer text")
+                for j, label in enumerate(labels)
+                if tokenize(label.name, special=True) != tokenize(label.name)]
     if bad:
         raise InvalidRequest(bad)
 
 
-def _probabilities(key: _BranchKey, result: BranchResult) -> dict[str, float]:
+def _scored(key: _BranchKey, result: BranchResult) -> Scored:
     lp = answer_log_probs(key.candidates, result, len(key.answers))
     total = logsumexp(lp)
-    return {name: math.exp(v - total) for name, v in zip(key.answers, lp)}
-
-
-def _answer(q: Question, keys, scored: list[tuple[dict[str, float], float]]) -> Answer:
-    probs, mass = scored[0]
-    if isinstance(q, YesNo):
-        p_yes = probs[YES]
-        return YesNoAnswer(q.question, p_yes, p_yes >= q.threshold, q.threshold, mass)
-    if isinstance(q, Choice):
-        ordered = {lb.name: probs[lb.name] for lb in q.labels}
-        best = max(ordered, key=ordered.get)
-        return ChoiceAnswer(q.question, best, ordered[best], ordered, mass)
-    if isinstance(q, Scale):
-        ordered = {lv.name: probs[lv.name] for lv in q.levels}
-        best = max(ordered, key=ordered.get)
-        expected = float(sum(i * p for i, p in enumerate(ordered.values())))
-        return ScaleAnswer(q.question, best, expected, ordered, mass)
-    assert isinstance(q, MultiLabel)
-    by_name = {lb.name: s for lb, s in zip(canonical(q.labels), scored)}
-    decisions = tuple(
-        LabelDecision(lb.name, pr[YES], pr[YES] >= q.threshold, m)
-        for lb in q.labels
-        for pr, m in [by_name[lb.name]]
-    )
-    chosen = tuple(d.label for d in decisions if d.chosen)
-    return MultiLabelAnswer(q.question, decisions, chosen, q.threshold,
-                            min(d.label_mass for d in decisions))
+    return Scored({name: math.exp(v - total) for name, v in zip(key.answers, lp)},
+                  label_mass(result))

@@ -1,9 +1,10 @@
-"""Prompt formats and prompt planning: one shared prefix per text, one suffix per branch.
+"""Prompt formats: one shared prefix per text, one suffix per branch.
 
 The prefix (BOS + instructions + text) is computed once for every question about the
-text; each branch appends a short suffix that ends at the answer position. Options are
-listed in a canonical order (sorted by name) so an answer never depends on the order
-the labels were given in; scale levels keep their order, which is their meaning.
+text; each branch appends a short suffix that ends at the answer position (a question
+type says what its suffixes ask: decider/questions/). Options are listed in a canonical
+order (sorted by name) so an answer never depends on the order the labels were given in;
+scale levels keep their order, which is their meaning.
 
 A rendered prompt is a sequence of pieces: the template's own markers (every `<...>` in a
 format's template strings, such as `<start_of_turn>`), tokenized with special tokens
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-
-from .questions import Choice, Label, MultiLabel, Question, Scale, YesNo
+from typing import Protocol
 
 TEMPLATE_VERSION = "1"  # bump whenever any format's text changes: answers move with it
 
@@ -26,6 +27,11 @@ YES, NO = "yes", "no"
 
 _MARKER = re.compile(r"(<[^<>{}\s]+>)")  # split keeps the markers: odd items
 Piece = tuple[str, bool]  # (text, whether it is a template marker)
+
+
+class Named(Protocol):  # a label: its name, and what it means
+    name: str
+    description: str
 
 
 @functools.cache
@@ -109,38 +115,17 @@ class BranchPlan:
     answers: tuple[str, ...]  # the names competing at this answer position
 
 
-def _describe(label: Label) -> str:
+def describe(label: Named) -> str:
     return f"{label.name} ({label.description})" if label.description else label.name
 
 
-def _listing(labels: tuple[Label, ...]) -> str:
+def listing(labels: Iterable[Named]) -> str:
+    """Options as a question's suffix lists them: inline, or one a line with descriptions."""
+    labels = tuple(labels)
     if any(label.description for label in labels):
-        return "".join(f"\n- {_describe(label)}" for label in labels)
+        return "".join(f"\n- {describe(label)}" for label in labels)
     return " " + ", ".join(label.name for label in labels)
 
 
-def canonical(labels: tuple[Label, ...]) -> tuple[Label, ...]:
+def canonical(labels: Iterable[Named]) -> tuple:
     return tuple(sorted(labels, key=lambda label: (label.name.casefold(), label.name)))
-
-
-def plan_branches(q: Question, fmt: PromptFormat) -> list[BranchPlan]:
-    """The branches a question needs: one, or one yes/no branch per label (multi_label)."""
-    ask = q.question.strip()
-    if isinstance(q, YesNo):
-        return [BranchPlan(fmt.render_suffix(f"Question: {ask} (yes or no)"), (YES, NO))]
-    if isinstance(q, Choice):
-        labels = canonical(q.labels)
-        body = f"Question: {ask}\nOptions:{_listing(labels)}"
-        return [BranchPlan(fmt.render_suffix(body), tuple(lb.name for lb in labels))]
-    if isinstance(q, Scale):
-        body = f"Question: {ask}\nScale, lowest to highest:{_listing(q.levels)}"
-        return [BranchPlan(fmt.render_suffix(body), tuple(lv.name for lv in q.levels))]
-    assert isinstance(q, MultiLabel)
-    return [  # canonical order too: the batch a branch lands in can move its logits
-        BranchPlan(
-            fmt.render_suffix(f"Question: {ask}\nLabel: {_describe(label)}\n"
-                              "Does this label apply? (yes or no)"),
-            (YES, NO),
-        )
-        for label in canonical(q.labels)
-    ]

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from .gguf_weights import GGUFModel, Weight, same_weight
-from .hf_config import OTHER_TOWERS, TEXT_PREFIXES, HFText, hf_text
+from .hf_config import OTHER_TOWERS, TEXT_PREFIXES, Gemma3HF, HFText
 from .pack_quantized import PackQuantized
 from .quant_schemes import scheme_of, schemes
 from .safetensors_file import SafeTensor, read_safetensors
@@ -162,3 +162,12 @@ def _check_shapes(tensors: dict[str, Weight], arch: HFText) -> None:
             raise ValueError(f"tensor {name!r} has shape {tuple(w.shape)}; the config gives "
                              f"{want[key]}")
 
+
+def hf_text(raw: dict, path: Path) -> HFText:
+    """The mapping of the config.json's architecture."""
+    kind = raw.get("model_type", "")
+    if kind.startswith("gemma4"):
+        from .hf_gemma4 import Gemma4HF
+
+        return Gemma4HF(raw, path)
+    return Gemma3HF(raw, path)

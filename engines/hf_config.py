@@ -191,13 +191,3 @@ class Gemma3HF(HFText):
             got = getattr(tc, key, want)
             if got != want and not (want is False and got is None):
                 refuse(key, got, want)
-
-
-def hf_text(raw: dict, path: Path) -> HFText:
-    """The mapping of the config.json's architecture."""
-    kind = raw.get("model_type", "")
-    if kind.startswith("gemma4"):
-        from .hf_gemma4 import Gemma4HF
-
-        return Gemma4HF(raw, path)
-    return Gemma3HF(raw, path)

@@ -24,7 +24,6 @@ from decider import YesNo
 from decider.answers import Outcome
 from decider.client import AsyncDeciderClient
 from decider.config import HttpSection, ServerSection
-from decider.questions import Limits
 from decider.service.convert import decision_from_proto, request_to_proto
 from decider.systemone.mapping import parse_body, to_decider
 from decider.v1 import decider_pb2_grpc as pb_grpc
@@ -125,7 +124,7 @@ def test_grpc_and_http_give_the_in_process_answers(cache_dir, decider):
                 "urgency": {"type": "score", "criteria": ["can wait", "this week", "today"]},
                 "tags": {"type": "decider.multi_label", "criteria": {"refund": None,
                                                                      "angry": "upset"}}}}
-    asked = to_decider(parse_body(body), Limits())
+    asked = to_decider(parse_body(body))
     with DaemonThread(cache_dir) as s:
         over_http = httpx2.post(f"{s.url}/v1/systemone", json=body, headers=AUTH,
                                 timeout=300).json()
@@ -136,8 +135,9 @@ def test_grpc_and_http_give_the_in_process_answers(cache_dir, decider):
     assert over_grpc == decider.decide_request(asked.request)
     here = decider.decide_systemone(body)
     assert (over_http["answers"], over_http["usage"]) == (here["answers"], here["usage"])
-    as_systemone = asked.response(Outcome(over_grpc, 0.0, 0.0, reply.provenance.model_sha256),
-                                  reply.provenance.template_version).model_dump(mode="json")
+    as_systemone = asked.response(Outcome(over_grpc, 0.0, 0.0, reply.provenance.model_sha256,
+                                          reply.provenance.template_version)
+                                  ).model_dump(mode="json")
     assert as_systemone["answers"] == over_http["answers"]
     for provenance in (over_http["decider"], as_systemone["decider"]):
         assert provenance["model_sha256"] == here["decider"]["model_sha256"]

@@ -11,6 +11,7 @@ import random
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from decider.errors import InvalidRequest
 from decider.questions import Limits
 from decider.systemone.mapping import BadBody, parse_body, to_decider
 
@@ -66,7 +67,11 @@ def encodings(data: dict) -> st.SearchStrategy[bytes]:
 def check(raw) -> None:
     try:
         parsed = parse_body(raw)
-        asked = to_decider(parsed, LIMITS)
+        asked = to_decider(parsed)
+        try:
+            asked.request.validate(LIMITS)  # where every request is: when it is planned
+        except InvalidRequest as e:
+            raise asked.bad_body(e) from None
     except BadBody as e:
         assert e.errors
         for err in e.errors:
@@ -75,9 +80,8 @@ def check(raw) -> None:
             assert isinstance(err["msg"], str) and err["msg"] and err["type"], err
             json.dumps(err)  # goes out as JSON
         return
-    asked.request.validate(LIMITS)
     assert [s.key for s in asked.slots] == list(parsed.questions)
-    assert to_decider(parse_body(raw), LIMITS).request == asked.request  # deterministic
+    assert to_decider(parse_body(raw)).request == asked.request  # deterministic
 
 
 @seed(SEED)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..api import Decider
 from ..catalog import Catalog
-from ..prompts import FORMATS, plan_branches, prompt_text
+from ..prompts import FORMATS, prompt_text
 from ..questions import YesNo
 
 WORDS = ("order parcel refund late broken screen price paid twice delivery support email "
@@ -86,7 +86,7 @@ def run_bench(model: str | None, *, repeat: int, tokens: int, n_threads: int | N
     while len(tok(prompt_text(fmt.render_prefix(text, "")))) > tokens - 16:  # with the question
         text = text.rsplit(" ", 1)[0]
     question = YesNo(QUESTIONS[0])
-    prompt = prompt_text(fmt.render_prefix(text, "") + plan_branches(question, fmt)[0].suffix)
+    prompt = prompt_text(fmt.render_prefix(text, "") + question.branches(fmt)[0].suffix)
     raw = RawLlama(str(catalog.locate(decider.entry)), decider.n_ctx, threads)
     yes, no = tok(" yes")[0], tok(" no")[0]
     n_prompt = 1 + len(tok(prompt))

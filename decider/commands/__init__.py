@@ -21,7 +21,7 @@ from ..errors import DeciderError, InvalidRequest
 if TYPE_CHECKING:
     from ..config import Config
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2  # parser.USAGE_ERROR is EXIT_USAGE
 
 
 def exit_code(error: DeciderError) -> int:

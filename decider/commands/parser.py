@@ -8,13 +8,14 @@ import sys
 from .. import __version__
 from ..engines import DTYPES
 from ..questions import Limits
-from . import EXIT_USAGE
+
+USAGE_ERROR = 2  # argparse's own exit code for a usage error, and decider's EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse exits 2 on usage errors too; keep its text
+    def error(self, message: str):  # argparse's exit code, decider's prefix on its text
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"decider: error: {message}\n")
+        self.exit(USAGE_ERROR, f"decider: error: {message}\n")
 
 
 def parser() -> argparse.ArgumentParser:

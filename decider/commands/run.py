@@ -49,21 +49,7 @@ def _read_text(arg: str | None) -> str:
 
 
 def _format(decision) -> str:
-    lines = []
-    for a in decision.answers:
-        mass = f"label mass {a.label_mass:.2f}"
-        if a.type == "yes_no":
-            lines.append(f"{a.question}\n  {'yes' if a.decision else 'no'}  "
-                         f"(p_yes {a.p_yes:.3f}, {mass})")
-        elif a.type in ("choice", "scale"):
-            best = a.label if a.type == "choice" else a.level
-            dist = ", ".join(f"{k} {v:.3f}" for k, v in a.probabilities.items())
-            extra = f", expected index {a.expected_index:.2f}" if a.type == "scale" else ""
-            lines.append(f"{a.question}\n  {best}  ({dist}{extra}; {mass})")
-        else:
-            per = ", ".join(f"{d.label} {d.p:.3f}" for d in a.labels)
-            lines.append(f"{a.question}\n  {', '.join(a.chosen) or '(none)'}  ({per}; {mass})")
-    return "\n".join(lines)
+    return "\n".join(a.text() for a in decision.answers)
 
 
 def _worst(errors: list[DeciderError]) -> int:

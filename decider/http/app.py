@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from .. import __version__
-from ..errors import DeciderError, InvalidRequest, ModelNotFound, Unavailable
+from ..errors import DeciderError, InvalidRequest, Unavailable
 from ..service.frontend import Frontend
 from ..service.metrics import Metrics
 from ..systemone.mapping import BadBody, parse_body, to_decider
@@ -56,7 +56,6 @@ SECURED = {"security": [{"HTTPBearer": []}]}
 @dataclass(frozen=True, slots=True)
 class Settings:
     keys: Keys
-    aliases: tuple[str, ...] = ()
     max_body_bytes: int = 16 * 2**20
     request_timeout_seconds: float = 30.0
     log_text: bool = False
@@ -67,14 +66,15 @@ async def _disconnected(receive) -> None:
         pass
 
 
-async def _answer(frontend: Frontend, request, deadline: float, caller: str, receive):
+async def _answer(frontend: Frontend, request, model: str, deadline: float, caller: str,
+                  receive):
     """The frontend's outcome; the wait is cancelled (and the engine drops the request)
     if the client goes away first."""
     me = asyncio.current_task()
     gone = asyncio.ensure_future(_disconnected(receive))
     gone.add_done_callback(lambda g: g.cancelled() or me.cancel())
     try:
-        return await frontend.submit(request, deadline, caller=caller)
+        return await frontend.submit(request, deadline, model, caller=caller)
     except asyncio.CancelledError:
         if gone.done() and not gone.cancelled() and me.uncancel() == 0:
             raise Refused(499, "CLIENT_GONE", "the client closed the connection") from None
@@ -168,21 +168,18 @@ def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = 
         raw = await read_body(request, settings.max_body_bytes,
                               settings.request_timeout_seconds)
         body = parse_body(raw)
-        model = served()
-        if body.model != model.name and body.model not in settings.aliases:
-            raise ModelNotFound(f"model {body.model!r} is not served here; GET /v1/models "
-                                "lists what is", model=body.model)
-        asked = to_decider(body, frontend.limits)
+        asked = to_decider(body)
         request.state.questions = len(asked.request.questions)
         if settings.log_text:
             request.state.text = asked.request.text
         try:
-            outcome = await _answer(frontend, asked.request, deadline, caller, request.receive)
+            outcome = await _answer(frontend, asked.request, body.model, deadline, caller,
+                                    request.receive)
         except InvalidRequest as e:
             raise asked.bad_body(e) from None
         request.state.outcome = "OK"
         request.state.prompt_tokens = outcome.decision.usage.prompt_tokens
-        out = asked.response(outcome, model.template_version)
+        out = asked.response(outcome)
         return Response(out.model_dump_json(), media_type="application/json")
 
     @app.get("/v1/models", response_model=ModelList, openapi_extra=SECURED,
@@ -195,7 +192,7 @@ def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = 
                          n_ctx=m.info.n_ctx, engine=m.engine, sha256=m.sha256)
         listed = ModelList(models=[card, *(card.model_copy(update={
             "name": a, "description": f"{m.name} under another name: {m.description}"})
-            for a in settings.aliases)])
+            for a in frontend.aliases)])
         return Response(listed.model_dump_json(), media_type="application/json")
 
     @app.get("/healthz")

@@ -8,19 +8,9 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from .. import __version__
-from ..answers import (
-    Answer,
-    ChoiceAnswer,
-    Decision,
-    LabelDecision,
-    MultiLabelAnswer,
-    ScaleAnswer,
-    Usage,
-    YesNoAnswer,
-)
+from ..answers import Decision, Outcome, Usage
 from ..errors import DeciderError, FieldViolation, InvalidRequest
-from ..prompts import TEMPLATE_VERSION
-from ..questions import Choice, Label, MultiLabel, Question, Request, Scale, YesNo
+from ..questions import ANSWER_TYPES, QUESTION_TYPES, Answer, Question, Request
 from ..v1 import decider_pb2 as pb
 
 DOMAIN = "decider.v1"
@@ -36,103 +26,40 @@ CODES = {
 }
 
 
-# -- requests ----------------------------------------------------------------------------
+# -- requests and answers: each type's message is the field named for it -----------------
 
 
-def _labels(items) -> list[Label]:
-    return [Label(x.name, x.description) for x in items]
-
-
-def _threshold(msg) -> float:
-    return msg.threshold if msg.HasField("threshold") else 0.5
-
-
-def question_from_proto(q: pb.Question, at: str) -> Question:
+def question_from_proto(q: pb.Question, at: tuple) -> Question:
     kind = q.WhichOneof("kind")
-    if kind == "choice":
-        return Choice(q.question, _labels(q.choice.labels))
-    if kind == "multi_label":
-        return MultiLabel(q.question, _labels(q.multi_label.labels), _threshold(q.multi_label))
-    if kind == "scale":
-        return Scale(q.question, _labels(q.scale.levels))
-    if kind == "yes_no":
-        return YesNo(q.question, _threshold(q.yes_no))
-    raise InvalidRequest([FieldViolation(f"{at}.kind", "set one of yes_no, choice, "
-                                                       "multi_label, scale")])
+    if kind is None:
+        raise InvalidRequest([FieldViolation(at + ("kind",), "set one of "
+                                             f"{', '.join(QUESTION_TYPES)}")])
+    return QUESTION_TYPES[kind].from_proto(q.question, getattr(q, kind))
 
 
 def request_from_proto(req: pb.DecideRequest) -> Request:
-    questions = tuple(question_from_proto(q, f"questions[{i}]")
+    questions = tuple(question_from_proto(q, ("questions", i))
                       for i, q in enumerate(req.questions))
     return Request(req.text, questions, req.instructions)
 
 
 def request_to_proto(request: Request, model: str = "") -> pb.DecideRequest:
-    def labels(items):
-        return [pb.Label(name=x.name, description=x.description) for x in items]
-
-    out = pb.DecideRequest(model=model, text=request.text, instructions=request.instructions)
-    for q in request.questions:
-        msg = out.questions.add(question=q.question)
-        if isinstance(q, YesNo):
-            msg.yes_no.threshold = q.threshold
-        elif isinstance(q, Choice):
-            msg.choice.labels.extend(labels(q.labels))
-        elif isinstance(q, MultiLabel):
-            msg.multi_label.labels.extend(labels(q.labels))
-            msg.multi_label.threshold = q.threshold
-        else:
-            msg.scale.levels.extend(labels(q.levels))
-    return out
-
-
-# -- answers -----------------------------------------------------------------------------
-
-
-def _probs(d: dict[str, float]) -> list[pb.LabelProbability]:
-    return [pb.LabelProbability(label=k, p=v) for k, v in d.items()]
+    return pb.DecideRequest(model=model, text=request.text, instructions=request.instructions,
+                            questions=[{"question": q.question, q.type: q.fields()}
+                                       for q in request.questions])
 
 
 def answer_to_proto(a: Answer) -> pb.Answer:
-    out = pb.Answer(question=a.question, label_mass=a.label_mass)
-    if isinstance(a, YesNoAnswer):
-        out.yes_no.CopyFrom(pb.YesNoAnswer(p_yes=a.p_yes, decision=a.decision,
-                                           threshold=a.threshold))
-    elif isinstance(a, ChoiceAnswer):
-        out.choice.CopyFrom(pb.ChoiceAnswer(label=a.label, confidence=a.confidence,
-                                            probabilities=_probs(a.probabilities)))
-    elif isinstance(a, MultiLabelAnswer):
-        out.multi_label.CopyFrom(pb.MultiLabelAnswer(
-            labels=[pb.LabelDecision(label=d.label, p=d.p, chosen=d.chosen,
-                                     label_mass=d.label_mass) for d in a.labels],
-            chosen=list(a.chosen), threshold=a.threshold))
-    else:
-        out.scale.CopyFrom(pb.ScaleAnswer(level=a.level, expected_index=a.expected_index,
-                                          probabilities=_probs(a.probabilities)))
-    return out
+    return pb.Answer(question=a.question, label_mass=a.label_mass,
+                     **{a.type: a.proto_fields()})
 
 
 def answer_from_proto(a: pb.Answer) -> Answer:
     kind = a.WhichOneof("kind")
-    if kind == "yes_no":
-        m = a.yes_no
-        return YesNoAnswer(a.question, m.p_yes, m.decision, m.threshold, a.label_mass)
-    if kind == "choice":
-        m = a.choice
-        return ChoiceAnswer(a.question, m.label, m.confidence,
-                            {p.label: p.p for p in m.probabilities}, a.label_mass)
-    if kind == "multi_label":
-        m = a.multi_label
-        return MultiLabelAnswer(
-            a.question,
-            tuple(LabelDecision(d.label, d.p, d.chosen, d.label_mass) for d in m.labels),
-            tuple(m.chosen), m.threshold, a.label_mass)
-    m = a.scale
-    return ScaleAnswer(a.question, m.level, m.expected_index,
-                       {p.label: p.p for p in m.probabilities}, a.label_mass)
+    return ANSWER_TYPES[kind].from_proto(a.question, a.label_mass, getattr(a, kind))
 
 
-def response_to_proto(outcome) -> pb.DecideResponse:
+def response_to_proto(outcome: Outcome) -> pb.DecideResponse:
     """A DecideResponse from a front end's Outcome: answers, usage, timings, provenance."""
     d = outcome.decision
     return pb.DecideResponse(
@@ -141,7 +68,7 @@ def response_to_proto(outcome) -> pb.DecideResponse:
         timings=pb.Timings(queue_ms=outcome.queue_ms, compute_ms=outcome.compute_ms),
         provenance=pb.Provenance(decider_version=__version__, engine=d.engine, model=d.model,
                                  model_sha256=outcome.model_sha256,
-                                 template_version=TEMPLATE_VERSION))
+                                 template_version=outcome.template_version))
 
 
 def decision_from_proto(r: pb.DecideResponse) -> Decision:

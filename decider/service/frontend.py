@@ -54,11 +54,13 @@ def _planner(facts: ModelFacts, limits: Limits) -> Planner:
 
 
 class Frontend:
-    def __init__(self, max_queue: int, limits: Limits, request_timeout: float) -> None:
+    def __init__(self, max_queue: int, limits: Limits, request_timeout: float,
+                 aliases: tuple[str, ...] = ()) -> None:
         self.current: ServedModel | None = None  # None while no engine is ready
         self.max_queue = max_queue
         self.limits = limits
         self.request_timeout = request_timeout  # the deadline of a request without one
+        self.aliases = aliases  # more names the served model answers to
         self.accepting = True  # False while draining
         self._held: Counter[str] = Counter()  # places in the queue per TCP connection
         self._planning = ThreadPoolExecutor(min(8, os.cpu_count() or 1), "decider-plan")
@@ -129,9 +131,10 @@ class Frontend:
         if not self.accepting or served is None:
             raise Unavailable("the service is not accepting requests (loading, reloading "
                               "or draining); retry shortly")
-        if model and model != served.facts.name:
+        if model and model != served.facts.name and model not in self.aliases:
             raise ModelNotFound(f"model {model!r} is not served here; this daemon serves "
-                                f"{served.facts.name!r}", model=model)
+                                f"{served.facts.name!r} (ListModels, GET /v1/models)",
+                                model=model)
         plan = await self._plan(served, request)
         if not self.accepting:  # a drain began while it was planned: it waits for no plan
             raise Unavailable("the service is draining; retry shortly")
@@ -150,7 +153,8 @@ class Frontend:
         usage = Usage(prompt_tokens=plan.prompt_tokens, window_tokens=plan.window_tokens)
         decision = Decision(plan.read(answered.results), served.facts.name,
                             served.facts.engine, usage)
-        return Outcome(decision, answered.queue_ms, answered.compute_ms, served.facts.sha256)
+        return Outcome(decision, answered.queue_ms, answered.compute_ms, served.facts.sha256,
+                       served.facts.template_version)
 
 
 def deadline_after(seconds: float | None) -> float | None:

@@ -36,7 +36,7 @@ class Servers:
         self.cfg = cfg
         self.metrics = metrics
         self.frontend = Frontend(cfg.server.max_queue, cfg.limits,
-                                 cfg.server.request_timeout_seconds)
+                                 cfg.server.request_timeout_seconds, cfg.http.model_aliases)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.http = None  # the System One HTTP front end, when [http] address is set
