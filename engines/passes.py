@@ -35,7 +35,7 @@ class Output:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class Layout:
     passes: list[Pass]
     outputs: list[Output]  # in the order the passes read them
     n_logits: int
@@ -157,7 +157,7 @@ def _place_prefix(pb: Pass, prefix: Tokens, start: int, tree_end: int) -> None:
     pb.chain(prefix, start, base, tree_end, base, start == 0)
 
 
-def plan(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = None) -> Plan:
+def lay_out(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = None) -> Layout:
     """budget: the most tokens a pass holds (a larger job goes through the cache); pack:
     where a pass of several trees closes (budget unless given), so that passes fit the
     engine's captured graphs while one tree of up to `budget` still goes whole."""
@@ -206,4 +206,4 @@ def plan(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = None
         passes.append(group)
     if packed.tokens:
         passes.append(packed)
-    return Plan(passes, outputs, n_logits, n_lse)
+    return Layout(passes, outputs, n_logits, n_lse)

@@ -33,7 +33,7 @@ from .faults import begin_pass
 from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
 from .layers import activation_dtype
-from .passes import Plan, plan, tree_size
+from .passes import Layout, lay_out, tree_size
 from .staging import Staging, aligned
 from .vocab import Vocab
 
@@ -132,7 +132,7 @@ class TorchEngine:
             return []
         with self._lock:
             kind = begin_pass("torch")
-            layout = plan(list(jobs), self._n_batch, self.model.cfg.window, self._pack)
+            layout = lay_out(list(jobs), self._n_batch, self.model.cfg.window, self._pack)
             try:
                 head = self._graph_head(layout)
                 # the head graph's whole buffer, which the call picks from; else its own
@@ -174,7 +174,7 @@ class TorchEngine:
             self._out = torch.zeros(n, device=self.device)
         return self._out[:n]
 
-    def _graph_head(self, layout: Plan) -> tuple[list[int], list[int]] | None:
+    def _graph_head(self, layout: Layout) -> tuple[list[int], list[int]] | None:
         """(label rows for GraphRunner.run_with_head, the indices of the call's values in
         its buffer) when the call is one pass a graph runs head and all; None otherwise."""
         graphs, p = self._graphs, layout.passes[0]
@@ -186,7 +186,7 @@ class TorchEngine:
             return None
         return labels, src + [HEAD_ROWS * HEAD_LABELS + a for a in roots]
 
-    def _run(self, layout: Plan) -> None:
+    def _run(self, layout: Layout) -> None:
         """Every pass, then the head at the outputs. Each pass is packed and sent while the
         GPU runs the pass before it."""
         graphs = self._graphs
@@ -228,12 +228,12 @@ class TorchEngine:
                              out=self._out[at:at + len(roots)])
 
 
-def _lse_offset(layout: Plan) -> int:
+def _lse_offset(layout: Layout) -> int:
     """Where a call's logsumexps begin in its output buffer: after its logits, aligned."""
     return aligned(layout.n_logits)
 
 
-def _head_indices(layout: Plan, stride: int = 0) -> tuple[list[int], list[int], list[int]]:
+def _head_indices(layout: Layout, stride: int = 0) -> tuple[list[int], list[int], list[int]]:
     """The call's label rows (distinct, sorted); the flat index of each logit the call
     reads in the [outputs, stride] logits (stride: the number of label rows unless
     given); the outputs at an answer position (whose logsumexps it reads, in order)."""
@@ -245,7 +245,7 @@ def _head_indices(layout: Plan, stride: int = 0) -> tuple[list[int], list[int], 
     return label_rows, src, [a for a, o in enumerate(outs) if o.lse_at >= 0]
 
 
-def _results(jobs: Sequence[ScoreJob], layout: Plan, logits: np.ndarray,
+def _results(jobs: Sequence[ScoreJob], layout: Layout, logits: np.ndarray,
              lse: np.ndarray) -> list[list[BranchResult]]:
     """Each output's logits as a view of the call's own array (read back fresh each call)."""
     results: list[list[list[NodeLogits]]] = [[[] for _ in j.branches] for j in jobs]

@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from decider.bench.engines import random_job
 from decider.engines import ScoreJob, load_engine, random_gemma4
-from decider.engines.passes import plan
+from decider.engines.passes import lay_out
 from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 from decider.engines.torch_engine import N_BATCH
 
@@ -52,12 +52,12 @@ def stages(one: ScoreJob) -> str:
     (CUDA events around it); the head at the answer (label rows and the full-vocabulary
     logsumexp). What the call adds to their sum is host work between them."""
     graphs, model = engine._graphs, engine.model
-    [p] = plan([one], N_BATCH["cuda"], model.cfg.window).passes
+    [p] = lay_out([one], N_BATCH["cuda"], model.cfg.window).passes
     n = graphs.bucket(p)
     packed = torch.from_numpy(p.pack()).cuda()
     rows = torch.from_numpy(graphs.padded_rows(p, n)).cuda()
     out = {"call": median_ms(lambda: engine.score([one])),
-           "layout": median_ms(lambda: plan([one], N_BATCH["cuda"], model.cfg.window)
+           "layout": median_ms(lambda: lay_out([one], N_BATCH["cuda"], model.cfg.window)
                                .passes[0].pack()),
            "graph": median_ms(lambda: graphs.run(packed, rows, n))}
     times = []
@@ -95,7 +95,7 @@ for name, jobs in cases:
     wall = (time.perf_counter() - t0) / 10
     t0 = time.perf_counter()
     for _ in range(10):
-        for p in plan(jobs, N_BATCH["cuda"], engine.model.cfg.window).passes:
+        for p in lay_out(jobs, N_BATCH["cuda"], engine.model.cfg.window).passes:
             p.pack()
     layout = (time.perf_counter() - t0) / 10
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -15,7 +15,7 @@ import torch
 from decider.engines import ScoreJob, load_engine
 from decider.engines.gemma4 import Gemma4
 from decider.engines.gguf_weights import GGUFModel
-from decider.engines.passes import plan
+from decider.engines.passes import lay_out
 from decider.engines.random_gemma4 import write_gemma4
 from decider.errors import ConfigError
 from decider.kernels.fused import rope_tables
@@ -105,13 +105,13 @@ def test_shared_layers_compute_the_rows_read_alone(tiny):
     finally:
         for h in hooks:
             h.remove()
-    [one] = plan([job], 512, WINDOW).passes
+    [one] = lay_out([job], 512, WINDOW).passes
     assert 0 < len(one.rows) < one.tokens
     assert [seen[i] for i in range(len(engine.model.blocks))] == [
         [one.tokens] if i < first_shared else [len(one.rows)]
         for i in range(len(engine.model.blocks))]
     # through the cache: prefix chunks without rows skip the shared layers
-    passes = plan([job], 16, WINDOW).passes
+    passes = lay_out([job], 16, WINDOW).passes
     assert sum(not p.rows for p in passes) >= 2
     assert [seen[-1 - i] for i in range(len(chunked.model.blocks))] == [
         [p.tokens for p in passes] if i < first_shared else [len(p.rows) for p in passes

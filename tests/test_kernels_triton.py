@@ -269,11 +269,11 @@ def test_columns_kernel_expands_packed_passes_as_the_reference(budget, rng):
     after them; hundreds of chains in the largest), padded by 0-300 tokens: the kernel's
     columns equal the reference's, across several 256-token programs."""
 
-    from decider.engines.passes import plan
+    from decider.engines.passes import lay_out
 
     window = int(rng.integers(1, 40))
     jobs = [random_job(rng) for _ in range(40)]
-    for p in plan(jobs, budget, window).passes:
+    for p in lay_out(jobs, budget, window).passes:
         packed = torch.from_numpy(p.pack())
         size = p.tokens + draw(0, 300)
         assert torch.equal(columns_triton(packed, size, window), columns(packed, size, window))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from decider.engines import ScoreJob, label_trie
-from decider.engines.passes import Pass, plan
+from decider.engines.passes import Pass, lay_out
 from decider.kernels.attention import tree_bounds
 from decider.kernels.columns import END, IDS, LO_FULL, LO_SLIDE, POS, columns
 from helpers.trees import random_job
@@ -53,7 +53,7 @@ def test_layout_is_the_trees_in_pre_order_with_their_bounds(budget, pack, rng):
     a pass of their own after them."""
     window = int(rng.integers(1, 20))
     jobs = [random_job(rng) for _ in range(12)]
-    layout = plan(jobs, budget, window, pack)
+    layout = lay_out(jobs, budget, window, pack)
     trees: dict[int, int] = {}  # packed pass -> the trees it holds
     passes = iter(layout.passes)
     p, at, row = None, 0, 0
@@ -101,7 +101,7 @@ def test_a_pass_padded_to_a_graph_size_keeps_its_columns_and_pads_with_lone_toke
     """Expanded to a larger size: the pass's own columns unchanged, then tokens that see
     only themselves (id 0 at position 0), so padding changes no real token's attention.
     A size below the pass's tokens is refused, never cut."""
-    [p] = plan([random_job(rng) for _ in range(3)], 10_000, int(rng.integers(1, 20))).passes
+    [p] = lay_out([random_job(rng) for _ in range(3)], 10_000, int(rng.integers(1, 20))).passes
     size = p.tokens + int(rng.integers(1, 50))
     padded = meta(p, size)
     assert padded.shape == (5, size) and padded.dtype == np.int32

@@ -287,10 +287,10 @@ def test_columns_of_packed_passes_on_the_device(budget, rng):
     """Each pass of a plan of 300 random jobs, expanded on the GPU to a graph-like padded
     size, equals the CPU reference."""
 
-    from decider.engines.passes import plan
+    from decider.engines.passes import lay_out
 
     window = int(rng.integers(1, 600))
-    for p in plan([random_job(rng) for _ in range(300)], budget, window).passes:
+    for p in lay_out([random_job(rng) for _ in range(300)], budget, window).passes:
         packed = torch.from_numpy(p.pack())
         size = 1 << max(p.tokens - 1, 1).bit_length()
         assert torch.equal(columns(packed.to(DEV), size, window).cpu(),

@@ -10,7 +10,7 @@ import torch
 
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.engines.cuda_graphs import LARGEST
-from decider.engines.passes import plan
+from decider.engines.passes import lay_out
 from decider.engines.random_gguf import write_tiny_gemma3
 from decider.engines.torch_engine import N_BATCH
 from helpers.seeds import seeded
@@ -57,7 +57,7 @@ def test_fp32_a_pass_past_the_largest_graph_runs_eagerly_and_matches_the_referen
     """300 jobs in one call: one pass of about 10,000 tokens, past the largest captured
     graph, runs eagerly beside the graphs (within the default pass budget)."""
     batch = jobs(rng, 300)
-    sizes = [p.tokens for p in plan(batch, N_BATCH["cuda"], WINDOW).passes]
+    sizes = [p.tokens for p in lay_out(batch, N_BATCH["cuda"], WINDOW).passes]
     assert len(sizes) == 1 and sizes[0] > LARGEST
     for (g,), (r,) in zip(engines["fp32"].score(batch), engines["ref"].score(batch),
                           strict=True):
@@ -78,7 +78,7 @@ def test_fp16_large_passes_multiply_dense_weights_made_ahead_and_keep_p_yes(engi
     """A pass of ~2,000 tokens (a graph) or ~10,000 (eager): each layer's weights are
     dequantized on the side stream during the layer before (dense_weights.py)."""
     engine = engines["fp16"]
-    [p] = plan(jobs(np.random.default_rng(0), n), N_BATCH["cuda"], WINDOW).passes
+    [p] = lay_out(jobs(np.random.default_rng(0), n), N_BATCH["cuda"], WINDOW).passes
     assert any(engine.model.dense.wanted([p.tokens] * len(engine.model.blocks), engine.device))
     assert_p_yes_close(engine, engines["ref"], rng, n=n)
 
@@ -114,7 +114,7 @@ def test_one_job_calls_match_the_reference_with_the_head_in_a_graph_or_not(engin
     engine = engines["fp32"]
     for _ in range(3):
         job = tree_job(rng, *shape)
-        layout = plan([job], 8192, WINDOW)
+        layout = lay_out([job], 8192, WINDOW)
         assert (len(layout.outputs) == HEAD_ROWS) == (shape == (4, 4))
         assert (engine._graph_head(layout) is not None) == in_graph
         [got], [want] = engine.score([job]), engines["ref"].score([job])
@@ -135,6 +135,6 @@ def test_unwritten_rows_from_the_head_graph_are_refused(engines, fault_file, rng
     engine = engines["fp16"]
     job = tree_job(rng, 1, 4)
     other = ScoreJob(tree_job(rng, 1, 4).prefix, job.branches)  # the same labels
-    assert engine._graph_head(plan([other], 8192, WINDOW)) is not None
+    assert engine._graph_head(lay_out([other], 8192, WINDOW)) is not None
     guard = assert_unwritten_rows_refused(engine, job, other, fault_file)
     guard.check([other], engine.score([other]))
