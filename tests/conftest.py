@@ -84,6 +84,15 @@ def decider(model_path, catalog):
         yield d
 
 
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory, model_path) -> Path:
+    """decider/bench/tiny_model.py's 2-layer random model with the real tokenizer: a
+    daemon serving it measures the service, not the model. Made once a run."""
+    from decider.bench.soak import make_tiny
+
+    return make_tiny(model_path, tmp_path_factory.getbasetemp() / "soak-tiny.gguf")
+
+
 @pytest.fixture
 def fault_file(tmp_path, monkeypatch) -> Path:
     """The engine fault hook: write a fault name here and the next pass takes it."""

@@ -3,40 +3,26 @@ tests/test_soak.py): a bad engine call is refused whole and answers nothing, the
 process is replaced only when its output cannot be trusted, and every answer before and
 after equals what its request got alone.
 
-A hang past engine_call_limit_seconds withholds systemd's watchdog: tests/test_systemd.py
-covers that; here a short hang only shows the load waits and nothing is refused."""
+A hang past engine_call_limit_seconds is a hung engine, killed and replaced
+(tests/test_daemon_life.py, tests/test_systemd.py); here a short hang only shows the load
+waits and nothing is refused."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from decider.bench import soak
 from decider.v1 import decider_pb2_grpc as pb_grpc
 from helpers.daemon import spawn
-
-ROOT = Path(__file__).resolve().parents[1]
 
 CLIENTS, MAX_BATCH = 16, 4
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-if "soak" not in sys.modules:  # scripts/soak.py, as tests/test_soak.py loads it
-    _spec = importlib.util.spec_from_file_location("soak", ROOT / "scripts" / "soak.py")
-    sys.modules["soak"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["soak"])
-soak = sys.modules["soak"]
-
-
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory, model_path) -> Path:
-    """The same file as tests/test_soak.py's: made once a run."""
-    return soak.make_tiny(model_path, tmp_path_factory.getbasetemp() / "soak-tiny.gguf")
 
 
 @pytest.fixture(scope="module")

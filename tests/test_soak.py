@@ -1,21 +1,20 @@
-"""A short soak in CI: scripts/soak.py's functions against a real `decider serve` on the
-tiny random model (scripts/make_tiny_gguf.py: the real tokenizer, an engine that costs
+"""A short soak in CI: decider.bench.soak's functions against a real `decider serve` on the
+tiny random model (decider/bench/tiny_model.py: the real tokenizer, an engine that costs
 next to nothing), so a minute of load is thousands of requests through the service:
-none lost, none answered with another request's numbers, no leak of memory or fds.
+none lost, none answered with another request's numbers, no leak of memory or fds; and
+decider.bench.faults' operator's day.
 
-The full soak (64 clients, 10 minutes, 5% bounds) is `python scripts/soak.py --model
-tiny.gguf`; docs/benchmarks.md "Soak (CPU)" has its numbers."""
+The full soak (64 clients, 10 minutes, 5% bounds) is `python -m decider.bench.soak
+--model tiny.gguf`; docs/benchmarks.md "Soak (CPU)" has its numbers."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from decider.bench import faults, soak
+
 CLIENTS, SECONDS, WARMUP = 32, 60, 15
 # RSS after a 15 s warm-up to the end of the minute: +0.1-0.6% measured (the daemon,
 # the engine process) on the shared 2-core machine. The full soak holds 5%; a minute is
@@ -28,24 +27,6 @@ MAX_RSS_GROWTH = 10.0
 # fds are counted, not sampled from an allocator: no connection is opened after the
 # warm-up, so any new one is a leak (one fd of ~30 is 3%).
 MAX_FD_GROWTH = 0.0
-
-
-def load_soak():
-    """scripts/soak.py as the module `soak` (scripts/ is no package)."""
-    if "soak" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("soak", ROOT / "scripts" / "soak.py")
-        sys.modules["soak"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["soak"])
-    return sys.modules["soak"]
-
-
-soak = load_soak()
-
-
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory, model_path) -> Path:
-    """Shared with tests/test_faults_under_load.py: made once a run."""
-    return soak.make_tiny(model_path, tmp_path_factory.getbasetemp() / "soak-tiny.gguf")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +66,7 @@ def test_a_minute_of_load_loses_and_mixes_nothing_and_leaks_nothing(daemon):
 
 
 def test_an_operators_day_under_load_loses_and_mixes_nothing(tmp_path, tiny):
-    """`scripts/soak.py --faults` for 30 s: 16 clients, a hostile one, a reload of a
+    """`python -m decider.bench.faults` for 30 s: 16 clients, a hostile one, a reload of a
     changed config at 10 s (a new engine swapped in: no request fails) and the engine
     killed at 20 s (what it held is refused UNAVAILABLE, a new one serves). Nothing is
     lost or mixed, every hostile request gets its own status (or UNAVAILABLE while no
@@ -95,14 +76,15 @@ def test_an_operators_day_under_load_loses_and_mixes_nothing(tmp_path, tiny):
     proc, address = soak.start_daemon(str(tiny), tmp_path, "--config", str(config),
                                       "--threads", "1")
     try:
-        report = asyncio.run(soak.faulted(address, proc.pid, config, clients=16, seconds=30))
+        report = asyncio.run(faults.faulted(address, proc.pid, config, clients=16,
+                                            seconds=30))
     finally:
         proc.terminate()
         assert proc.wait(60) == 0
-    print(soak.summary(report, 16))
+    print(faults.describe(report, 16))
     t = report["tally"]
-    assert (t.lost, t.mixed, soak.unexpected(report)) == (0, 0, [])
-    assert set(soak.HOSTILE) == {what for _, what, _ in t.hostile}
+    assert (t.lost, t.mixed, faults.unexpected(report)) == (0, 0, [])
+    assert set(faults.HOSTILE) == {what for _, what, _ in t.hostile}
     assert [what for _, what in report["events"]] == ["reload", "kill"]
     kill = report["events"][1][0]
     assert any(code == "OK" and when > kill for when, code, _ in t.outcomes)  # served again

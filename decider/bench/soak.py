@@ -7,15 +7,10 @@ loosens that). The daemon's and its engine process's RSS and open file descripto
 sampled after a warm-up and at the end. Exit 1 when anything was lost, mixed or refused,
 or when RSS or fds grew more than --max-growth percent.
 
---faults adds an operator's day to the load (a daemon started here with --model): a
-client sending hostile requests, each of which must get its own refusal; a reload of a
-changed config a third of the way in (a new engine swapped in: nothing may fail); the
-engine process killed two thirds in (what it held is refused UNAVAILABLE, nothing lost,
-a new one serves).
+    python -m decider.bench.soak unix:///run/decider/decider.sock --pid PID
+    python -m decider.bench.soak --model tiny.gguf   # starts (and stops) its own daemon
 
-    python scripts/soak.py unix:///run/decider/decider.sock --pid PID
-    python scripts/soak.py --model tiny.gguf          # starts (and stops) its own daemon
-    python scripts/soak.py --model tiny.gguf --minutes 1 --faults
+decider/bench/faults.py adds an operator's day to it: hostile requests, a reload, a kill.
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ import argparse
 import asyncio
 import collections
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -69,26 +63,6 @@ def requests() -> list[pb.DecideRequest]:
             instructions = "Answer as a support agent." if (i + j) % 3 == 0 else ""
             out.append(request_to_proto(Request(text, questions, instructions)))
     return out
-
-
-def _yes_no(question: str = "Refund?") -> pb.Question:
-    return pb.Question(question=question, yes_no=pb.YesNo())
-
-
-# What a hostile client sends, and the status each must get back, over and over.
-HOSTILE = {
-    "an empty text": (pb.DecideRequest(text=" ", questions=[_yes_no()]), "INVALID_ARGUMENT"),
-    "no question": (pb.DecideRequest(text="Refund?"), "INVALID_ARGUMENT"),
-    "257 labels": (pb.DecideRequest(text="x", questions=[pb.Question(
-        question="Which?", choice=pb.Choice(labels=[pb.Label(name=f"l{i}")
-                                                    for i in range(257)]))]),
-        "INVALID_ARGUMENT"),
-    "over the window": (pb.DecideRequest(text="word " * 9000, questions=[_yes_no()]),
-                        "OUT_OF_RANGE"),
-    "an unknown model": (pb.DecideRequest(model="no-such-model", text="x",
-                                          questions=[_yes_no()]), "NOT_FOUND"),
-    "bytes that are no message": (b"\xff\xff\xff\xff", "INVALID_ARGUMENT"),
-}
 
 
 def fingerprint(reply: pb.DecideResponse) -> tuple:
@@ -136,29 +110,19 @@ class Tally:
     max_dev: float = 0.0
     seconds: float = 0.0
     outcomes: list = field(default_factory=list)  # (monotonic, code, reason) when kept
-    hostile: list = field(default_factory=list)  # (monotonic, what, code) of each one sent
-
-    def hostile_wrong(self, kills: tuple = (), window: float = 60.0) -> list[tuple]:
-        """Hostile requests that got another status than theirs (UNAVAILABLE is right in
-        the `window` seconds after an engine was killed at one of `kills`)."""
-        return [(what, code) for when, what, code in self.hostile
-                if code != HOSTILE[what][1] and not (code == "UNAVAILABLE" and any(
-                    0 <= when - k < window for k in kills))]
+    hostile: list = field(default_factory=list)  # (monotonic, what, code): faults.py's
 
     def ok(self) -> bool:
-        return not (self.mixed or self.lost or self.errors or self.hostile_wrong()) and \
-            self.answered == self.sent
+        return not (self.mixed or self.lost or self.errors) and self.answered == self.sent
 
 
 async def load(address: str, reqs: list, refs: list[tuple], *, clients: int,
                seconds: float, channels: int = 4, tol: float = 0.0, timeout: float = 60,
                keep: bool = False, stop: asyncio.Event | None = None,
-               backoff: float = 0.0, tally: Tally | None = None,
-               hostile_client: bool = False) -> Tally:
+               backoff: float = 0.0, tally: Tally | None = None) -> Tally:
     """`clients` loops, each sending request k, k+1, ... until `seconds` pass (or `stop`).
     keep: record every outcome (time, code name, reason); backoff: sleep after an error;
-    tally: one the caller watches while the load runs; hostile_client: one more client
-    sends the HOSTILE requests."""
+    tally: one the caller watches while the load runs."""
     tally = tally if tally is not None else Tally()
     chans = [grpc.aio.insecure_channel(address) for _ in range(channels)]
     stubs = [pb_grpc.DeciderStub(c) for c in chans]
@@ -186,25 +150,9 @@ async def load(address: str, reqs: list, refs: list[tuple], *, clients: int,
             if keep:
                 tally.outcomes.append((time.monotonic(), "OK", ""))
 
-    async def hostile() -> None:
-        raw = chans[0].unary_unary("/decider.v1.Decider/Decide")  # bytes as they are
-        while time.monotonic() < end and not (stop and stop.is_set()):
-            for what, (request, _) in HOSTILE.items():
-                try:
-                    if isinstance(request, bytes):
-                        await raw(request, timeout=timeout)
-                    else:
-                        await stubs[0].Decide(request, timeout=timeout)
-                    code = "OK"
-                except grpc.aio.AioRpcError as e:
-                    code = e.code().name
-                tally.hostile.append((time.monotonic(), what, code))
-                await asyncio.sleep(0.05)
-
     started = time.monotonic()
     try:
-        await asyncio.gather(*(client(k) for k in range(clients)),
-                             *([hostile()] if hostile_client else []))
+        await asyncio.gather(*(client(k) for k in range(clients)))
     finally:
         tally.seconds = time.monotonic() - started
         for c in chans:
@@ -265,50 +213,13 @@ async def soak(address: str, pid: int | None, *, clients: int = 64, seconds: flo
             "growth": growth(samples["before"], samples["after"]) if pid else {}}
 
 
-async def faulted(address: str, pid: int, config: Path, *, clients: int,
-                  seconds: float) -> dict:
-    """The load with a hostile client, a reload of a changed config (max_batch 16 -> 8:
-    a new engine process) at a third of the time, the engine process killed at two."""
-    reqs = requests()
-    refs = await references(address, reqs)
-    events: list[tuple[float, str]] = []
-
-    async def operator() -> None:
-        await asyncio.sleep(seconds / 3)
-        config.write_text(config.read_text().replace("max_batch = 16", "max_batch = 8"))
-        os.kill(pid, signal.SIGHUP)
-        events.append((time.monotonic(), "reload"))
-        await asyncio.sleep(seconds / 3)
-        os.kill(engine_pids(pid)[-1], signal.SIGKILL)
-        events.append((time.monotonic(), "kill"))
-
-    tally, _ = await asyncio.gather(
-        load(address, reqs, refs, clients=clients, seconds=seconds, keep=True, backoff=0.2,
-             hostile_client=True), operator())
-    return {"tally": tally, "requests": len(reqs), "events": events, "growth": {}}
-
-
-def unexpected(report: dict, window: float = 60.0) -> list[tuple]:
-    """What went wrong under faults: errors other than UNAVAILABLE in the `window` seconds
-    after an engine was killed, and hostile requests refused with another status."""
-    kills = tuple(t for t, what in report.get("events", ()) if what == "kill")
-    t = report["tally"]
-    return [o for o in t.outcomes if o[1] != "OK" and not (
-        o[1] == "UNAVAILABLE" and any(0 <= o[0] - k < window for k in kills))] + \
-        t.hostile_wrong(kills, window)
-
-
 def make_tiny(source: Path, out: Path) -> Path:
-    """scripts/make_tiny_gguf.py's tiny model of `source` at `out`, made once."""
+    """tiny_model.py's tiny model of `source` at `out`, made once."""
     if not out.exists():
-        import importlib.util
+        from .tiny_model import write_tiny
 
-        spec = importlib.util.spec_from_file_location(
-            "make_tiny_gguf", Path(__file__).with_name("make_tiny_gguf.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
         part = out.with_suffix(".part")
-        module.main(str(source), str(part))
+        write_tiny(str(source), str(part))
         part.rename(out)
     return out
 
@@ -340,13 +251,6 @@ def summary(report: dict, clients: int) -> str:
              f"{t.sent} sent, {t.answered} answered ({t.answered / t.seconds:.1f} req/s), "
              f"lost {t.lost}, mixed {t.mixed}, errors {dict(t.errors) or 0}, "
              f"max |p - reference| {t.max_dev:.3g}"]
-    if t.hostile:
-        lines.append(f"hostile requests: {len(t.hostile)} tried, by status "
-                     f"{dict(collections.Counter(code for _, _, code in t.hostile))}")
-    if report.get("events"):
-        start = report["events"][0][0] - t.seconds / 3
-        lines.append("faults: " + ", ".join(f"{what} at {when - start:.0f} s"
-                                            for when, what in report["events"]))
     for name, b in report.get("before", {}).items():
         a = report["after"].get(name, {})
         lines.append(f"{name}: RSS {b['rss_kb']} -> {a.get('rss_kb')} kB "
@@ -367,26 +271,19 @@ def main() -> int:
     p.add_argument("--max-growth", type=float, default=5.0, help="percent, RSS and fds")
     p.add_argument("--threads", type=int, default=1, help="with --model: engine threads (1: "
                    "llama.cpp's spinning threads collapse on a shared CPU)")
-    p.add_argument("--faults", action="store_true", help="with --model: hostile requests, "
-                   "a reload and an engine kill during the load")
     args = p.parse_args()
-    if not args.address and not args.model or args.faults and not args.model:
-        p.error("give a daemon's address or --model (--faults needs --model)")
+    if not args.address and not args.model:
+        p.error("give a daemon's address or --model")
     seconds, proc = 60 * args.minutes, None
     warmup = args.warmup if args.warmup is not None else seconds / 10
     if args.model:
-        tmp = Path(tempfile.mkdtemp(prefix="soak-"))
-        config = tmp / "decider.toml"
-        config.write_text("[server]\nmax_batch = 16\n")
         proc, args.address = start_daemon(
-            args.model, tmp, "--config", str(config), "--threads", str(args.threads),
+            args.model, Path(tempfile.mkdtemp(prefix="soak-")), "--threads", str(args.threads),
             "--max-queue", str(max(256, 2 * args.clients)))
         args.pid = proc.pid
     try:
-        report = asyncio.run(
-            faulted(args.address, args.pid, config, clients=args.clients, seconds=seconds)
-            if args.faults else soak(args.address, args.pid, clients=args.clients,
-                                     seconds=seconds, warmup=warmup, tol=args.tol))
+        report = asyncio.run(soak(args.address, args.pid, clients=args.clients,
+                                  seconds=seconds, warmup=warmup, tol=args.tol))
     finally:
         if proc:
             proc.terminate()
@@ -395,12 +292,7 @@ def main() -> int:
     grew = [k for k, v in report["growth"].items() if v > args.max_growth]
     if grew:
         print(f"grew more than {args.max_growth}%: {', '.join(grew)}")
-    t = report["tally"]
-    if args.faults:
-        ok = not (t.lost or t.mixed or unexpected(report))
-    else:
-        ok = t.ok() and not grew
-    return 0 if ok else 1
+    return 0 if report["tally"].ok() and not grew else 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 The engine's time vanishes next to the service's own (2 layers, hidden 64), so a
 benchmark against a daemon serving it measures decider, not the model:
 
-    python scripts/make_tiny_gguf.py SOURCE.gguf OUT.gguf
+    python -m decider.bench.tiny_model SOURCE.gguf OUT.gguf
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ COPIED = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
           "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_space_prefix")
 
 
-def main(source: str, out: str) -> None:
+def write_tiny(source: str, out: str) -> None:
     src = GGUFReader(source)
     rng = np.random.default_rng(0)
     w = GGUFWriter(out, "gemma3")
@@ -67,4 +67,4 @@ def main(source: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    write_tiny(*sys.argv[1:3])
