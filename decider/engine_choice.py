@@ -1,7 +1,7 @@
 """Which engine loads a model: the one asked for, the one its catalog entry pins, or by
 default (engine "auto") the one that fits the host: the Triton engine where CUDA is
 present and it runs the architecture, llama.cpp elsewhere; a checkpoint directory, which
-llama.cpp cannot read, always goes to the torch engine (on the CPU: reference kernels).
+llama.cpp cannot read, always goes to the Triton engine (on the CPU: reference kernels).
 A load option the chosen engine lacks is still refused by name (load_engine): it is
 the operator who says which engine an option was meant for. The choice is logged with
 its reason and carried in every decision's provenance."""

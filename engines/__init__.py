@@ -15,7 +15,7 @@ DTYPES = ("bfloat16", "float16", "float32")
 # name -> "module:class", imported only when that engine is loaded
 ENGINES = {
     "llama": "decider.engines.llama:LlamaEngine",
-    "triton": "decider.engines.torch_engine:TorchEngine",
+    "triton": "decider.engines.triton_engine:TritonEngine",
     "reference": "decider.engines.reference:ReferenceEngine",
 }
 

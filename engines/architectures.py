@@ -1,4 +1,4 @@
-"""The text model architectures the torch engine runs, by GGUF architecture name."""
+"""The text model architectures the Triton engine runs, by GGUF architecture name."""
 
 from __future__ import annotations
 

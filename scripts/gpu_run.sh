@@ -28,7 +28,7 @@ cd "$pkg"
 # (the import-time test needs the service's packages, which this machine lacks)
 if [ "${TESTS:-}" != none ]; then
   python3 -m pytest -q -p no:cacheprovider -o addopts="" -k "${K:-not imports_torch}" -rs \
-    ${TESTS:-tests/gpu tests/test_kernels.py tests/test_passes.py tests/test_torch_engine.py tests/test_gguf_weights.py} \
+    ${TESTS:-tests/gpu tests/test_kernels.py tests/test_passes.py tests/test_triton_engine.py tests/test_gguf_weights.py} \
     2>&1 | tee "$out/tests.txt" | tail -25
 fi
 if [ "${KERNELS:-1}" != 0 ]; then  # 1: every part, else the parts named

@@ -1,5 +1,5 @@
-"""The worst p_yes gap of the torch engine against the fp32 reference, per activation
-dtype, on tiny random Gemma 3 models (those of tests/gpu/test_torch_engine_cuda.py):
+"""The worst p_yes gap of the Triton engine against the fp32 reference, per activation
+dtype, on tiny random Gemma 3 models (those of tests/gpu/test_triton_engine_cuda.py):
 one model and 30 prompts per seed, seeds 0..N-1.
 
     python scripts/p_yes_gap.py [N] [device]      # device: cuda (default) or cpu
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "gpu"))
-from test_torch_engine_cuda import VOCAB, WINDOW, jobs, p_yes
+from test_triton_engine_cuda import VOCAB, WINDOW, jobs, p_yes
 
 from decider.engines import load_engine
 from decider.engines.random_gguf import write_tiny_gemma3

@@ -172,7 +172,7 @@ def test_a_gguf_path_is_a_model_of_its_own(model_path, tmp_path):
     assert cat.locate(entry) == model_path
 
 
-def test_a_checkpoint_directory_is_a_model_for_the_torch_engine(tmp_path):
+def test_a_checkpoint_directory_is_a_model_for_the_triton_engine(tmp_path):
     cat = Catalog(user_file=tmp_path / "none.toml", cache_dir=tmp_path)
     ckpt = tmp_path / "gemma-w4a16"
     ckpt.mkdir()

@@ -41,7 +41,7 @@ def test_bench_shape_gives_random_weights_a_tokenizer_only_for_llama(monkeypatch
 
 def test_bench_engines_times_the_prompt_lengths_asked_for(monkeypatch, capsys):
     """`decider bench --engines --shape --prompt-tokens`: one row per length, then the
-    batch row, for each engine (here the torch engine on the CPU, in its own process)."""
+    batch row, for each engine (here the Triton engine on the CPU, in its own process)."""
     from decider.commands import main
 
     tiny_shape(monkeypatch, vocab=1024)

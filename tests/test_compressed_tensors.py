@@ -1,6 +1,6 @@
 """Hugging Face Gemma 3 checkpoints in compressed-tensors W4A16 "pack-quantized" form,
 written by the compressed-tensors library itself from a tiny random transformers model:
-the packing is exact against the library's own decompression, the torch engine matches
+the packing is exact against the library's own decompression, the Triton engine matches
 the reference engine on the same directory, and what cannot be held exactly is refused.
 Fresh random weights and prompts every run."""
 

@@ -1,4 +1,4 @@
-"""The torch engine on tiny random Gemma 4 GGUF models (tests/helpers/gemma4_models.py: E2B's,
+"""The Triton engine on tiny random Gemma 4 GGUF models (tests/helpers/gemma4_models.py: E2B's,
 31B's and E4B's layouts), against transformers' Gemma4ForCausalLM in fp32 on the same
 file; and each way Gemma 4 differs from Gemma 3, done the Gemma 3 way, shown to move the
 label logits far past the tolerance. Fresh random weights and prompts every run (the

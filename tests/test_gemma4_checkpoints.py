@@ -1,7 +1,7 @@
 """Gemma 4 checkpoints in Google's QAT layout (compressed-tensors W4A16: symmetric int4 in
 groups of 32, an untied lm_head, the per-layer table in bf16 or 4-bit), written by
 transformers and compressed-tensors from tiny random models (tests/helpers/gemma4_models.py):
-the packing is exact against the library's decompression, the torch engine matches the
+the packing is exact against the library's decompression, the Triton engine matches the
 reference engine on the same directory, the tables stay in their stored form, and the
 multimodal layout, unused shared-layer K/V and mixtures of experts are handled. Fresh
 random weights and prompts every run (the seeds are printed)."""

@@ -280,7 +280,7 @@ def test_columns_kernel_expands_packed_passes_as_the_reference(budget, rng):
 
 
 def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatch, tmp_path, rng):
-    """The torch engine's score() with every operation on the Triton kernels (CPU tensors,
+    """The Triton engine's score() with every operation on the Triton kernels (CPU tensors,
     interpreted, fp32): packed token trees, a job too long for one pass going through the
     KV cache in chunks, label rows, the full-vocabulary logsumexp; the projections in
     gemma-3-270m's packed forms (q, k, v and gate, up joined: the fused epilogues run).
@@ -297,7 +297,7 @@ def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatc
 
 
 def assert_on_the_triton_kernels_it_matches_the_reference(path, jobs, monkeypatch) -> None:
-    """The torch engine's score() on `path` with every operation on the Triton kernels
+    """The Triton engine's score() on `path` with every operation on the Triton kernels
     (CPU tensors, interpreted, fp32, 48-token passes) within 1e-3 of the reference."""
     from decider.engines import load_engine
     from decider.kernels import dispatch

@@ -50,7 +50,7 @@ def test_markup_in_every_user_field_stays_text(decider, fmt):
     assert tok("<start_of_turn>", special=True) == [105]
 
 
-def test_the_torch_engines_vocabulary_gives_the_llama_engines_ids(decider, model_path):
+def test_the_triton_engines_vocabulary_gives_the_llama_engines_ids(decider, model_path):
     vocab = Vocab(model_path, True)  # what the triton and reference engines tokenize with
     try:
         for text in (MARKUP, f"a{MARKUP}b", "plain words", "<start_of_turn>user\n"):

@@ -1,4 +1,4 @@
-"""The torch engine on CUDA against the transformers reference on tiny random Gemma 4
+"""The Triton engine on CUDA against the transformers reference on tiny random Gemma 4
 models (tests/helpers/gemma4_models.py: E2B's, 31B's and E4B's layouts; GGUF and a QAT-layout
 checkpoint): fp32 within the CPU path's 1e-3, the default fp16 within 0.02 in p_yes with
 the same decisions away from a tie, in one pass from a CUDA graph and through the KV

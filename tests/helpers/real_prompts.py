@@ -1,5 +1,5 @@
 """The fixed prompt set on which an engine's p_yes is held against another's on the real
-gemma-3-270m (the CPU path in test_torch_engine_real.py, the GPU in tests/gpu), and the
+gemma-3-270m (the CPU path in test_triton_engine_real.py, the GPU in tests/gpu), and the
 issue's bounds for it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The torch engine (CPU path of the Triton engine) and the transformers reference on
+"""The Triton engine (CPU path of the Triton engine) and the transformers reference on
 the real gemma-3-270m: label logits against each other, against llama.cpp, and a
 decision through decider.Decider with each."""
 

@@ -1,4 +1,4 @@
-"""The torch engine on CUDA (Triton qmatmul) against the transformers reference on tiny
+"""The Triton engine on CUDA (Triton qmatmul) against the transformers reference on tiny
 random Gemma 3 GGUFs: fp32 within the CPU path's 1e-3, the default fp16 within 0.02 in
 p_yes, bf16 (the option for models past fp16's range) within 0.04."""
 
@@ -12,7 +12,7 @@ from decider.engines import Branch, ScoreJob, load_engine
 from decider.engines.cuda_graphs import LARGEST
 from decider.engines.passes import lay_out
 from decider.engines.random_gguf import write_tiny_gemma3
-from decider.engines.torch_engine import N_BATCH
+from decider.engines.triton_engine import N_BATCH
 from helpers.seeds import seeded
 from helpers.tiny import VOCAB, WINDOW
 from helpers.yes_no_jobs import assert_p_yes_close, jobs

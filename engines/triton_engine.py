@@ -25,8 +25,16 @@ import torch
 from decider.errors import ActivationOverflow, ConfigError, EngineFailure, EngineOutOfMemory
 from decider.kernels.columns import columns
 
-from .base import (Branch, BranchResult, EngineInfo, NodeLogits, ScoreJob, Stop,
-                   check_windows, resolve_n_ctx)
+from .base import (
+    Branch,
+    BranchResult,
+    EngineInfo,
+    NodeLogits,
+    ScoreJob,
+    Stop,
+    check_windows,
+    resolve_n_ctx,
+)
 from .checkpoints import has_tokenizer, read_text_model
 from .cuda_graphs import HEAD_LABELS, HEAD_ROWS, GraphRunner
 from .faults import begin_pass
@@ -44,7 +52,7 @@ N_BATCH = {"cuda": 32768, "cpu": 512}
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
 
 
-class TorchEngine:
+class TritonEngine:
     name = "triton"
 
     def __init__(self, model_path: str | Path, n_ctx: int | None = None, *, model_name: str = "",
@@ -84,7 +92,7 @@ class TorchEngine:
             self._pack = self._graphs.sizes[-1] if self._graphs and \
                 not self.model.prunes_rows else None
         except torch.OutOfMemoryError as e:
-            raise EngineOutOfMemory(f"the torch engine ran out of memory loading {path}: {e}") \
+            raise EngineOutOfMemory(f"the Triton engine ran out of memory loading {path}: {e}") \
                 from e
         memory = {"weights": self.model.weight_bytes(), "kv": self.cache.nbytes()}
         if self._graphs is not None:
@@ -153,9 +161,9 @@ class TorchEngine:
                 if head:
                     values = values[head[1]]
             except torch.OutOfMemoryError as e:
-                raise EngineOutOfMemory(f"the torch engine ran out of memory: {e}") from e
+                raise EngineOutOfMemory(f"the Triton engine ran out of memory: {e}") from e
             except _DEVICE_ERROR as e:  # a CUDA error: this context is done for
-                raise EngineFailure(f"the torch engine's device failed: {e}") from e
+                raise EngineFailure(f"the Triton engine's device failed: {e}") from e
             if self.dtype == torch.float16 and not np.isfinite(values).all():
                 # an fp16 overflow (inf, then NaN through the norms) reaches every row
                 # that reads the token it happened at; no other fault writes non-finite

@@ -1,4 +1,4 @@
-"""The torch engine on tiny random Gemma 3 GGUF models, against the transformers
+"""The Triton engine on tiny random Gemma 3 GGUF models, against the transformers
 reference engine on the same file. Token ids are built directly (the tiny files hold no
 tokenizer). Fresh random weights and prompts every run."""
 
@@ -36,10 +36,10 @@ def tiny(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny") / f"{request.param}.gguf"
     write_tiny_gemma3(path, seeded(f"tiny[{request.param}]"), window=WINDOW, vocab=VOCAB,
                       types=MIXES[request.param])
-    torch_engine = load_engine("triton", path, 256, device="cpu")
+    triton_engine = load_engine("triton", path, 256, device="cpu")
     reference = load_engine("reference", path, 256)
-    yield path, torch_engine, reference
-    torch_engine.close()
+    yield path, triton_engine, reference
+    triton_engine.close()
     reference.close()
 
 
