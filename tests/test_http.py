@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 import time
 
@@ -61,8 +60,18 @@ def sdk(served, key=KEY) -> TypeSafeClient:
                           timeout=300)
 
 
-def entropy_confidence(ps) -> float:
-    return 1 - -sum(p * math.log(p) for p in ps if p > 0) / math.log(len(ps))
+def peak_confidence(ps) -> float:
+    """TypeSafe's formula for a choice: (n*m - 1)/(n - 1), m the top probability."""
+    ps = list(ps)
+    return (len(ps) * max(ps) - 1) / (len(ps) - 1)
+
+
+def concentration_confidence(ps) -> float:
+    """TypeSafe's formula for a score: 1 - sum(p_i |i - mode|) / the uniform spread."""
+    ps = list(ps)
+    n, mode = len(ps), max(range(len(ps)), key=ps.__getitem__)
+    uniform = sum(abs(i - (n - 1) / 2) for i in range(n)) / n
+    return max(0.0, 1 - sum(p * abs(i - mode) for i, p in enumerate(ps)) / uniform)
 
 
 def test_the_sdk_gets_every_question_type_answered_as_the_in_process_api_does(served, decider):
@@ -76,14 +85,15 @@ def test_the_sdk_gets_every_question_type_answered_as_the_in_process_api_does(se
     assert list(topic.probabilities) == ["billing", "shipping", "technical"]
     assert sum(topic.probabilities.values()) == pytest.approx(1, abs=1e-9)
     assert topic.choice == max(topic.probabilities, key=topic.probabilities.get)
-    assert topic.confidence == pytest.approx(entropy_confidence(topic.probabilities.values()))
+    assert topic.confidence == pytest.approx(peak_confidence(topic.probabilities.values()))
     only = resp.choices["only"]
     assert (only.choice, only.probabilities, only.confidence) == ("billing", {"billing": 1.0}, 1.0)
     urgency = resp.scores["urgency"]
     assert urgency.legend == {0: "can wait", 1: "this week", 2: "today"}
     assert sum(urgency.probabilities.values()) == pytest.approx(1, abs=1e-9)
     assert urgency.score == pytest.approx(sum(i * p for i, p in urgency.probabilities.items()))
-    assert 0 <= urgency.confidence <= 1
+    assert urgency.confidence == pytest.approx(
+        concentration_confidence(urgency.probabilities.values()))
     # alone in its engine call, the HTTP answer is the in-process one to the last bit
     body = {"model": MODEL, "state": STATE,
             "questions": {k: q.model_dump() for k, q in QUESTIONS.items()}}

@@ -22,13 +22,14 @@ from .base import (
     labels_to_json,
     question_type,
 )
+from .confidence import peak
 
 
 @dataclass(frozen=True, slots=True)
 class ChoiceAnswer(Answer):
     question: str
     label: str  # the most probable label
-    confidence: float  # its probability
+    confidence: float  # confidence.peak: 0 for uniform probabilities, 1 for a certain one
     probabilities: dict[str, float]  # every label, in the order given; they sum to 1
     label_mass: float
     type = "choice"
@@ -74,7 +75,8 @@ class Choice(Question):
         [branch] = scored
         ordered = {lb.name: branch.probabilities[lb.name] for lb in self.labels}
         best = max(ordered, key=ordered.get)
-        return ChoiceAnswer(self.question, best, ordered[best], ordered, branch.label_mass)
+        return ChoiceAnswer(self.question, best, peak(list(ordered.values())), ordered,
+                            branch.label_mass)
 
     def fields(self) -> dict:
         return {"labels": labels_to_json(self.labels)}

@@ -20,6 +20,7 @@ from .base import (
     labels_to_json,
     question_type,
 )
+from .confidence import concentration
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class ScaleAnswer(Answer):
     level: str  # the most probable level
     expected_index: float  # probability-weighted level position, 0 = lowest
     probabilities: dict[str, float]  # every level, lowest first; they sum to 1
+    confidence: float  # confidence.concentration: 0 uniform, 1 all on one level
     label_mass: float
     type = "scale"
 
@@ -38,12 +40,13 @@ class ScaleAnswer(Answer):
 
     def proto_fields(self) -> dict:
         return {"level": self.level, "expected_index": self.expected_index,
-                "probabilities": [{"label": k, "p": p} for k, p in self.probabilities.items()]}
+                "probabilities": [{"label": k, "p": p} for k, p in self.probabilities.items()],
+                "confidence": self.confidence}
 
     @classmethod
     def from_proto(cls, question: str, label_mass: float, m) -> ScaleAnswer:
         return cls(question, m.level, m.expected_index,
-                   {p.label: p.p for p in m.probabilities}, label_mass)
+                   {p.label: p.p for p in m.probabilities}, m.confidence, label_mass)
 
 
 @question_type
@@ -74,7 +77,8 @@ class Scale(Question):
         ordered = {lv.name: branch.probabilities[lv.name] for lv in self.levels}
         best = max(ordered, key=ordered.get)
         expected = float(sum(i * p for i, p in enumerate(ordered.values())))
-        return ScaleAnswer(self.question, best, expected, ordered, branch.label_mass)
+        return ScaleAnswer(self.question, best, expected, ordered,
+                           concentration(list(ordered.values())), branch.label_mass)
 
     def fields(self) -> dict:
         return {"levels": labels_to_json(self.levels)}

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,16 +50,6 @@ def ask(key: str, q) -> tuple[Question, Slot]:
     return _ASK[q.type](text, q, ("questions", key, q.type))
 
 
-def certainty(ps: list[float]) -> float:
-    """What System One answers as `confidence`: 0 for a uniform distribution, 1 for a
-    certain one, 1 - H(p) / ln(n). (decider's own confidence, ChoiceAnswer.confidence, is
-    the chosen label's probability.)"""
-    if len(ps) < 2:
-        return 1.0
-    entropy = -sum(p * math.log(p) for p in ps if p > 0)
-    return min(1.0, max(0.0, 1.0 - entropy / math.log(len(ps))))
-
-
 def _sure(text: str, name: str, description, at: tuple, locs: tuple, read):
     """A one-option choice or one-level score: one branch (the state meets the same window
     check), its answer certain."""
@@ -86,7 +75,7 @@ def _choice(text: str, q: ChoiceQuestion, at: tuple) -> tuple[Question, Slot]:
             label_mass=a.label_mass))
     labels = [Label(n, content_line(d)) for n, d in q.criteria.items()]
     return Choice(text, labels), Slot(at[1], at, names, lambda a: ChoiceAnswer(
-        choice=a.label, confidence=certainty(list(a.probabilities.values())),
+        choice=a.label, confidence=a.confidence,
         probabilities=a.probabilities, label_mass=a.label_mass))
 
 
@@ -99,7 +88,7 @@ def _score(text: str, q: ScoreQuestion, at: tuple) -> tuple[Question, Slot]:
             label_mass=a.label_mass))
     levels = [Label(str(i), content_line(level)) for i, level in enumerate(q.criteria)]
     return Scale(text, levels), Slot(at[1], at, indices, lambda a: ScoreAnswer(
-        score=a.expected_index, confidence=certainty(list(a.probabilities.values())),
+        score=a.expected_index, confidence=a.confidence,
         legend=legend, probabilities=a.probabilities, label_mass=a.label_mass))
 
 

@@ -108,7 +108,8 @@ class NoulAnswer(BaseModel):
 class ChoiceAnswer(BaseModel):
     type: Literal["choice"] = "choice"
     choice: str = Field(description="The most probable option.")
-    confidence: float = Field(description="1 - H(p)/ln(n) over the n options (1 for one).")
+    confidence: float = Field(description="(n*m - 1)/(n - 1), m the chosen option's "
+                              "probability, n the options: 0 uniform, 1 certain (1 for one).")
     probabilities: dict[str, float] = Field(description="Every option; they sum to 1.")
     label_mass: float
 
@@ -116,7 +117,9 @@ class ChoiceAnswer(BaseModel):
 class ScoreAnswer(BaseModel):
     type: Literal["score"] = "score"
     score: float = Field(description="The probability-weighted level, 0-based.")
-    confidence: float = Field(description="1 - H(p)/ln(n) over the n levels (1 for one).")
+    confidence: float = Field(description="1 - spread/D: the probability's mean distance "
+                              "from the modal level against a uniform distribution's (1 for "
+                              "one level).")
     legend: dict[str, Content] = Field(description="Level index -> its criterion.")
     probabilities: dict[str, float] = Field(description="Level index -> probability.")
     label_mass: float

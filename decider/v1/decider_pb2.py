@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65\x63ider/v1/decider.proto\x12\ndecider.v1\"*\n\x05Label\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"-\n\x05YesNo\x12\x16\n\tthreshold\x18\x01 \x01(\x01H\x00\x88\x01\x01\x42\x0c\n\n_threshold\"+\n\x06\x43hoice\x12!\n\x06labels\x18\x01 \x03(\x0b\x32\x11.decider.v1.Label\"U\n\nMultiLabel\x12!\n\x06labels\x18\x01 \x03(\x0b\x32\x11.decider.v1.Label\x12\x16\n\tthreshold\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\x0c\n\n_threshold\"*\n\x05Scale\x12!\n\x06levels\x18\x01 \x03(\x0b\x32\x11.decider.v1.Label\"\xc2\x01\n\x08Question\x12\x10\n\x08question\x18\x01 \x01(\t\x12#\n\x06yes_no\x18\x02 \x01(\x0b\x32\x11.decider.v1.YesNoH\x00\x12$\n\x06\x63hoice\x18\x03 \x01(\x0b\x32\x12.decider.v1.ChoiceH\x00\x12-\n\x0bmulti_label\x18\x04 \x01(\x0b\x32\x16.decider.v1.MultiLabelH\x00\x12\"\n\x05scale\x18\x05 \x01(\x0b\x32\x11.decider.v1.ScaleH\x00\x42\x06\n\x04kind\"k\n\rDecideRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\'\n\tquestions\x18\x03 \x03(\x0b\x32\x14.decider.v1.Question\x12\x14\n\x0cinstructions\x18\x04 \x01(\t\"A\n\x0bYesNoAnswer\x12\r\n\x05p_yes\x18\x01 \x01(\x01\x12\x10\n\x08\x64\x65\x63ision\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\",\n\x10LabelProbability\x12\r\n\x05label\x18\x01 \x01(\t\x12\t\n\x01p\x18\x02 \x01(\x01\"f\n\x0c\x43hoiceAnswer\x12\r\n\x05label\x18\x01 \x01(\t\x12\x12\n\nconfidence\x18\x02 \x01(\x01\x12\x33\n\rprobabilities\x18\x03 \x03(\x0b\x32\x1c.decider.v1.LabelProbability\"M\n\rLabelDecision\x12\r\n\x05label\x18\x01 \x01(\t\x12\t\n\x01p\x18\x02 \x01(\x01\x12\x0e\n\x06\x63hosen\x18\x03 \x01(\x08\x12\x12\n\nlabel_mass\x18\x04 \x01(\x01\"`\n\x10MultiLabelAnswer\x12)\n\x06labels\x18\x01 \x03(\x0b\x32\x19.decider.v1.LabelDecision\x12\x0e\n\x06\x63hosen\x18\x02 \x03(\t\x12\x11\n\tthreshold\x18\x03 \x01(\x01\"i\n\x0bScaleAnswer\x12\r\n\x05level\x18\x01 \x01(\t\x12\x16\n\x0e\x65xpected_index\x18\x02 \x01(\x01\x12\x33\n\rprobabilities\x18\x03 \x03(\x0b\x32\x1c.decider.v1.LabelProbability\"\xec\x01\n\x06\x41nswer\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x12\n\nlabel_mass\x18\x02 \x01(\x01\x12)\n\x06yes_no\x18\x03 \x01(\x0b\x32\x17.decider.v1.YesNoAnswerH\x00\x12*\n\x06\x63hoice\x18\x04 \x01(\x0b\x32\x18.decider.v1.ChoiceAnswerH\x00\x12\x33\n\x0bmulti_label\x18\x05 \x01(\x0b\x32\x1c.decider.v1.MultiLabelAnswerH\x00\x12(\n\x05scale\x18\x06 \x01(\x0b\x32\x17.decider.v1.ScaleAnswerH\x00\x42\x06\n\x04kind\"5\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x15\n\rwindow_tokens\x18\x02 \x01(\x05\"/\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\ncompute_ms\x18\x02 \x01(\x01\"t\n\nProvenance\x12\x17\n\x0f\x64\x65\x63ider_version\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cmodel_sha256\x18\x04 \x01(\t\x12\x18\n\x10template_version\x18\x05 \x01(\t\"\xa9\x01\n\x0e\x44\x65\x63ideResponse\x12#\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x12.decider.v1.Answer\x12 \n\x05usage\x18\x02 \x01(\x0b\x32\x11.decider.v1.Usage\x12$\n\x07timings\x18\x03 \x01(\x0b\x32\x13.decider.v1.Timings\x12*\n\nprovenance\x18\x04 \x01(\x0b\x32\x16.decider.v1.Provenance\"A\n\x12\x44\x65\x63ideBatchRequest\x12+\n\x08requests\x18\x01 \x03(\x0b\x32\x19.decider.v1.DecideRequest\"\xa2\x01\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x35\n\x08metadata\x18\x04 \x03(\x0b\x32#.decider.v1.ItemError.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"s\n\x0f\x44\x65\x63ideBatchItem\x12.\n\x08response\x18\x01 \x01(\x0b\x32\x1a.decider.v1.DecideResponseH\x00\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x15.decider.v1.ItemErrorH\x00\x42\x08\n\x06result\"A\n\x13\x44\x65\x63ideBatchResponse\x12*\n\x05items\x18\x01 \x03(\x0b\x32\x1b.decider.v1.DecideBatchItem\"\x13\n\x11ListModelsRequest\"\x9a\x01\n\x0bModelStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\x0e\n\x06loaded\x18\x03 \x01(\x08\x12\x12\n\nis_default\x18\x04 \x01(\x08\x12\r\n\x05n_ctx\x18\x05 \x01(\x05\x12\x13\n\x0bn_ctx_train\x18\x06 \x01(\x05\x12\x0f\n\x07weights\x18\x07 \x01(\t\x12\x14\n\x0cmodel_sha256\x18\x08 \x01(\t\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.decider.v1.ModelStatus2\xe7\x01\n\x07\x44\x65\x63ider\x12?\n\x06\x44\x65\x63ide\x12\x19.decider.v1.DecideRequest\x1a\x1a.decider.v1.DecideResponse\x12N\n\x0b\x44\x65\x63ideBatch\x12\x1e.decider.v1.DecideBatchRequest\x1a\x1f.decider.v1.DecideBatchResponse\x12K\n\nListModels\x12\x1d.decider.v1.ListModelsRequest\x1a\x1e.decider.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65\x63ider/v1/decider.proto\x12\ndecider.v1\"*\n\x05Label\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"-\n\x05YesNo\x12\x16\n\tthreshold\x18\x01 \x01(\x01H\x00\x88\x01\x01\x42\x0c\n\n_threshold\"+\n\x06\x43hoice\x12!\n\x06labels\x18\x01 \x03(\x0b\x32\x11.decider.v1.Label\"U\n\nMultiLabel\x12!\n\x06labels\x18\x01 \x03(\x0b\x32\x11.decider.v1.Label\x12\x16\n\tthreshold\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\x0c\n\n_threshold\"*\n\x05Scale\x12!\n\x06levels\x18\x01 \x03(\x0b\x32\x11.decider.v1.Label\"\xc2\x01\n\x08Question\x12\x10\n\x08question\x18\x01 \x01(\t\x12#\n\x06yes_no\x18\x02 \x01(\x0b\x32\x11.decider.v1.YesNoH\x00\x12$\n\x06\x63hoice\x18\x03 \x01(\x0b\x32\x12.decider.v1.ChoiceH\x00\x12-\n\x0bmulti_label\x18\x04 \x01(\x0b\x32\x16.decider.v1.MultiLabelH\x00\x12\"\n\x05scale\x18\x05 \x01(\x0b\x32\x11.decider.v1.ScaleH\x00\x42\x06\n\x04kind\"k\n\rDecideRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\'\n\tquestions\x18\x03 \x03(\x0b\x32\x14.decider.v1.Question\x12\x14\n\x0cinstructions\x18\x04 \x01(\t\"A\n\x0bYesNoAnswer\x12\r\n\x05p_yes\x18\x01 \x01(\x01\x12\x10\n\x08\x64\x65\x63ision\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\",\n\x10LabelProbability\x12\r\n\x05label\x18\x01 \x01(\t\x12\t\n\x01p\x18\x02 \x01(\x01\"f\n\x0c\x43hoiceAnswer\x12\r\n\x05label\x18\x01 \x01(\t\x12\x12\n\nconfidence\x18\x02 \x01(\x01\x12\x33\n\rprobabilities\x18\x03 \x03(\x0b\x32\x1c.decider.v1.LabelProbability\"M\n\rLabelDecision\x12\r\n\x05label\x18\x01 \x01(\t\x12\t\n\x01p\x18\x02 \x01(\x01\x12\x0e\n\x06\x63hosen\x18\x03 \x01(\x08\x12\x12\n\nlabel_mass\x18\x04 \x01(\x01\"`\n\x10MultiLabelAnswer\x12)\n\x06labels\x18\x01 \x03(\x0b\x32\x19.decider.v1.LabelDecision\x12\x0e\n\x06\x63hosen\x18\x02 \x03(\t\x12\x11\n\tthreshold\x18\x03 \x01(\x01\"}\n\x0bScaleAnswer\x12\r\n\x05level\x18\x01 \x01(\t\x12\x16\n\x0e\x65xpected_index\x18\x02 \x01(\x01\x12\x33\n\rprobabilities\x18\x03 \x03(\x0b\x32\x1c.decider.v1.LabelProbability\x12\x12\n\nconfidence\x18\x04 \x01(\x01\"\xec\x01\n\x06\x41nswer\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x12\n\nlabel_mass\x18\x02 \x01(\x01\x12)\n\x06yes_no\x18\x03 \x01(\x0b\x32\x17.decider.v1.YesNoAnswerH\x00\x12*\n\x06\x63hoice\x18\x04 \x01(\x0b\x32\x18.decider.v1.ChoiceAnswerH\x00\x12\x33\n\x0bmulti_label\x18\x05 \x01(\x0b\x32\x1c.decider.v1.MultiLabelAnswerH\x00\x12(\n\x05scale\x18\x06 \x01(\x0b\x32\x17.decider.v1.ScaleAnswerH\x00\x42\x06\n\x04kind\"5\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x15\n\rwindow_tokens\x18\x02 \x01(\x05\"/\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\ncompute_ms\x18\x02 \x01(\x01\"t\n\nProvenance\x12\x17\n\x0f\x64\x65\x63ider_version\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cmodel_sha256\x18\x04 \x01(\t\x12\x18\n\x10template_version\x18\x05 \x01(\t\"\xa9\x01\n\x0e\x44\x65\x63ideResponse\x12#\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x12.decider.v1.Answer\x12 \n\x05usage\x18\x02 \x01(\x0b\x32\x11.decider.v1.Usage\x12$\n\x07timings\x18\x03 \x01(\x0b\x32\x13.decider.v1.Timings\x12*\n\nprovenance\x18\x04 \x01(\x0b\x32\x16.decider.v1.Provenance\"A\n\x12\x44\x65\x63ideBatchRequest\x12+\n\x08requests\x18\x01 \x03(\x0b\x32\x19.decider.v1.DecideRequest\"\xa2\x01\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x35\n\x08metadata\x18\x04 \x03(\x0b\x32#.decider.v1.ItemError.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"s\n\x0f\x44\x65\x63ideBatchItem\x12.\n\x08response\x18\x01 \x01(\x0b\x32\x1a.decider.v1.DecideResponseH\x00\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x15.decider.v1.ItemErrorH\x00\x42\x08\n\x06result\"A\n\x13\x44\x65\x63ideBatchResponse\x12*\n\x05items\x18\x01 \x03(\x0b\x32\x1b.decider.v1.DecideBatchItem\"\x13\n\x11ListModelsRequest\"\x9a\x01\n\x0bModelStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\x0e\n\x06loaded\x18\x03 \x01(\x08\x12\x12\n\nis_default\x18\x04 \x01(\x08\x12\r\n\x05n_ctx\x18\x05 \x01(\x05\x12\x13\n\x0bn_ctx_train\x18\x06 \x01(\x05\x12\x0f\n\x07weights\x18\x07 \x01(\t\x12\x14\n\x0cmodel_sha256\x18\x08 \x01(\t\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.decider.v1.ModelStatus2\xe7\x01\n\x07\x44\x65\x63ider\x12?\n\x06\x44\x65\x63ide\x12\x19.decider.v1.DecideRequest\x1a\x1a.decider.v1.DecideResponse\x12N\n\x0b\x44\x65\x63ideBatch\x12\x1e.decider.v1.DecideBatchRequest\x1a\x1f.decider.v1.DecideBatchResponse\x12K\n\nListModels\x12\x1d.decider.v1.ListModelsRequest\x1a\x1e.decider.v1.ListModelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -58,33 +58,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MULTILABELANSWER']._serialized_start=909
   _globals['_MULTILABELANSWER']._serialized_end=1005
   _globals['_SCALEANSWER']._serialized_start=1007
-  _globals['_SCALEANSWER']._serialized_end=1112
-  _globals['_ANSWER']._serialized_start=1115
-  _globals['_ANSWER']._serialized_end=1351
-  _globals['_USAGE']._serialized_start=1353
-  _globals['_USAGE']._serialized_end=1406
-  _globals['_TIMINGS']._serialized_start=1408
-  _globals['_TIMINGS']._serialized_end=1455
-  _globals['_PROVENANCE']._serialized_start=1457
-  _globals['_PROVENANCE']._serialized_end=1573
-  _globals['_DECIDERESPONSE']._serialized_start=1576
-  _globals['_DECIDERESPONSE']._serialized_end=1745
-  _globals['_DECIDEBATCHREQUEST']._serialized_start=1747
-  _globals['_DECIDEBATCHREQUEST']._serialized_end=1812
-  _globals['_ITEMERROR']._serialized_start=1815
-  _globals['_ITEMERROR']._serialized_end=1977
-  _globals['_ITEMERROR_METADATAENTRY']._serialized_start=1930
-  _globals['_ITEMERROR_METADATAENTRY']._serialized_end=1977
-  _globals['_DECIDEBATCHITEM']._serialized_start=1979
-  _globals['_DECIDEBATCHITEM']._serialized_end=2094
-  _globals['_DECIDEBATCHRESPONSE']._serialized_start=2096
-  _globals['_DECIDEBATCHRESPONSE']._serialized_end=2161
-  _globals['_LISTMODELSREQUEST']._serialized_start=2163
-  _globals['_LISTMODELSREQUEST']._serialized_end=2182
-  _globals['_MODELSTATUS']._serialized_start=2185
-  _globals['_MODELSTATUS']._serialized_end=2339
-  _globals['_LISTMODELSRESPONSE']._serialized_start=2341
-  _globals['_LISTMODELSRESPONSE']._serialized_end=2402
-  _globals['_DECIDER']._serialized_start=2405
-  _globals['_DECIDER']._serialized_end=2636
+  _globals['_SCALEANSWER']._serialized_end=1132
+  _globals['_ANSWER']._serialized_start=1135
+  _globals['_ANSWER']._serialized_end=1371
+  _globals['_USAGE']._serialized_start=1373
+  _globals['_USAGE']._serialized_end=1426
+  _globals['_TIMINGS']._serialized_start=1428
+  _globals['_TIMINGS']._serialized_end=1475
+  _globals['_PROVENANCE']._serialized_start=1477
+  _globals['_PROVENANCE']._serialized_end=1593
+  _globals['_DECIDERESPONSE']._serialized_start=1596
+  _globals['_DECIDERESPONSE']._serialized_end=1765
+  _globals['_DECIDEBATCHREQUEST']._serialized_start=1767
+  _globals['_DECIDEBATCHREQUEST']._serialized_end=1832
+  _globals['_ITEMERROR']._serialized_start=1835
+  _globals['_ITEMERROR']._serialized_end=1997
+  _globals['_ITEMERROR_METADATAENTRY']._serialized_start=1950
+  _globals['_ITEMERROR_METADATAENTRY']._serialized_end=1997
+  _globals['_DECIDEBATCHITEM']._serialized_start=1999
+  _globals['_DECIDEBATCHITEM']._serialized_end=2114
+  _globals['_DECIDEBATCHRESPONSE']._serialized_start=2116
+  _globals['_DECIDEBATCHRESPONSE']._serialized_end=2181
+  _globals['_LISTMODELSREQUEST']._serialized_start=2183
+  _globals['_LISTMODELSREQUEST']._serialized_end=2202
+  _globals['_MODELSTATUS']._serialized_start=2205
+  _globals['_MODELSTATUS']._serialized_end=2359
+  _globals['_LISTMODELSRESPONSE']._serialized_start=2361
+  _globals['_LISTMODELSRESPONSE']._serialized_end=2422
+  _globals['_DECIDER']._serialized_start=2425
+  _globals['_DECIDER']._serialized_end=2656
 # @@protoc_insertion_point(module_scope)

@@ -117,14 +117,16 @@ class MultiLabelAnswer(_message.Message):
     def __init__(self, labels: _Optional[_Iterable[_Union[LabelDecision, _Mapping]]] = ..., chosen: _Optional[_Iterable[str]] = ..., threshold: _Optional[float] = ...) -> None: ...
 
 class ScaleAnswer(_message.Message):
-    __slots__ = ("level", "expected_index", "probabilities")
+    __slots__ = ("level", "expected_index", "probabilities", "confidence")
     LEVEL_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_INDEX_FIELD_NUMBER: _ClassVar[int]
     PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     level: str
     expected_index: float
     probabilities: _containers.RepeatedCompositeFieldContainer[LabelProbability]
-    def __init__(self, level: _Optional[str] = ..., expected_index: _Optional[float] = ..., probabilities: _Optional[_Iterable[_Union[LabelProbability, _Mapping]]] = ...) -> None: ...
+    confidence: float
+    def __init__(self, level: _Optional[str] = ..., expected_index: _Optional[float] = ..., probabilities: _Optional[_Iterable[_Union[LabelProbability, _Mapping]]] = ..., confidence: _Optional[float] = ...) -> None: ...
 
 class Answer(_message.Message):
     __slots__ = ("question", "label_mass", "yes_no", "choice", "multi_label", "scale")
