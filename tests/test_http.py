@@ -101,7 +101,7 @@ def test_the_sdk_gets_every_question_type_answered_as_the_in_process_api_does(se
     there = resp.raw_http_response.json()
     assert there["answers"] == here["answers"]
     assert there["usage"] == here["usage"]
-    assert there["decider"]["model_sha256"] == here["decider"]["model_sha256"]
+    assert there["x_decider"]["model_sha256"] == here["x_decider"]["model_sha256"]
 
 
 def test_the_sdk_lists_the_model_under_its_name_and_aliases(served, decider):
@@ -111,7 +111,7 @@ def test_the_sdk_lists_the_model_under_its_name_and_aliases(served, decider):
     assert all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", c.release_date) and c.description
                for c in cards)
     raw = httpx2.get(f"{served.url}/v1/models", headers={"Authorization": f"Bearer {KEY}"})
-    assert raw.json()["models"][0]["n_ctx"] == decider.n_ctx == 2048
+    assert raw.json()["models"][0]["x_n_ctx"] == decider.n_ctx == 2048
 
 
 def test_the_sdk_raises_its_own_errors_for_bad_fields_keys_models_and_the_window(served):

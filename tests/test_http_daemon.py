@@ -139,6 +139,6 @@ def test_grpc_and_http_give_the_in_process_answers(cache_dir, decider):
                                           reply.provenance.template_version)
                                   ).model_dump(mode="json")
     assert as_systemone["answers"] == over_http["answers"]
-    for provenance in (over_http["decider"], as_systemone["decider"]):
-        assert provenance["model_sha256"] == here["decider"]["model_sha256"]
-        assert provenance["template_version"] == here["decider"]["template_version"]
+    for provenance in (over_http["x_decider"], as_systemone["x_decider"]):
+        assert provenance["model_sha256"] == here["x_decider"]["model_sha256"]
+        assert provenance["template_version"] == here["x_decider"]["template_version"]

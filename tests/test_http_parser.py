@@ -37,14 +37,16 @@ good_question = st.one_of(
         names, words | st.none(), min_size=1, max_size=6)}, optional={"instructions": words}),
     st.fixed_dictionaries({"type": st.just("score"), "criteria": st.lists(
         words | content, min_size=1, max_size=10)}, optional={"instructions": content}),
-    st.fixed_dictionaries({"type": st.just("decider.multi_label"), "criteria": st.dictionaries(
+    st.fixed_dictionaries({"type": st.sampled_from(["x_multi_label", "decider.multi_label"]),
+                           "criteria": st.dictionaries(
         names, st.none(), min_size=1, max_size=4)}, optional={
         "threshold": st.floats(0, 1)}))
 good_body = st.fixed_dictionaries({
     "model": st.just("m"), "state": words | st.dictionaries(names, values, min_size=1),
     "questions": st.dictionaries(names, good_question, min_size=1, max_size=3)})
 question = st.fixed_dictionaries(
-    {"type": st.sampled_from(["noul", "choice", "score", "decider.multi_label", "box", "x"])},
+    {"type": st.sampled_from(["noul", "choice", "score", "x_multi_label",
+                              "decider.multi_label", "box", "x"])},
     optional={"instructions": content | values, "criteria": criteria,
               "threshold": st.floats() | values, "thresholds": values, "other": values})
 wild_body = st.fixed_dictionaries({}, optional={

@@ -1,8 +1,10 @@
 """One mapping from every refusal to an HTTP status and body (docs/systemone.md).
 
 Bad fields are 422 with FastAPI's {"detail": [{"loc", "msg", "type"}]}; everything else is
-{"detail": {"reason", "message", ...numbers}}, the reason being decider's own (as over
-gRPC), with Retry-After where trying again later can succeed.
+TypeSafe's {"detail": {"error_type", "message"}}, with decider's own reason beside them
+(as over gRPC) and the numbers that go with it, and Retry-After where trying again later
+can succeed. Statuses a client should not retry (the published SDKs retry 408, 429 and
+5xx) are 4xx: a request over the window or the work bound is 400, not 500.
 """
 
 from __future__ import annotations
@@ -13,10 +15,16 @@ from starlette.responses import Response
 
 from ..errors import DeciderError
 
-STATUS = {"invalid": 422, "not_found": 404, "out_of_range": 500, "exhausted": 503,
+STATUS = {"invalid": 422, "not_found": 404, "out_of_range": 400, "exhausted": 503,
           "unavailable": 503, "deadline": 504, "cancelled": 499, "internal": 500}
-BY_REASON = {"PROMPT_TOO_LONG": 400, "QUEUE_FULL": 429}
+BY_REASON = {"QUEUE_FULL": 429}
 RETRY_AFTER_S = {429: 1, 503: 5}
+# TypeSafe's error types: the three it is seen to send, and those its clients' conformance
+# suite uses for the statuses it leaves open
+ERROR_TYPES = {401: "authentication_error", 403: "authentication_error", 404: "not_found",
+               408: "timeout_error", 429: "rate_limit_error", 503: "overloaded_error",
+               504: "timeout_error"}
+OVER_BUDGET = {"PROMPT_TOO_LONG", "WORK_TOO_LARGE"}  # TypeSafe's max_tokens_exceeded
 
 
 class Refused(Exception):
@@ -30,6 +38,12 @@ class Refused(Exception):
         self.metadata = metadata
 
 
+def error_type(status: int, reason: str) -> str:
+    if reason in OVER_BUDGET:
+        return "max_tokens_exceeded"
+    return ERROR_TYPES.get(status, "internal_error" if status >= 500 else "api_usage_error")
+
+
 def json_response(status: int, body: object, headers: dict | None = None) -> Response:
     return Response(json.dumps(body, ensure_ascii=False), status, headers,
                     media_type="application/json")
@@ -40,7 +54,8 @@ def refusal(status: int, reason: str, message: str, headers: dict | None = None,
     headers = dict(headers or {})
     if status in RETRY_AFTER_S:
         headers.setdefault("Retry-After", str(RETRY_AFTER_S[status]))
-    return json_response(status, {"detail": {"reason": reason, "message": message,
+    return json_response(status, {"detail": {"error_type": error_type(status, reason),
+                                             "message": message, "reason": reason,
                                              **metadata}}, headers)
 
 

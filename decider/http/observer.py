@@ -35,10 +35,15 @@ class HttpObserver:
                                 ["path", "status"], registry=r)
         self._children: dict[tuple[str, str], tuple] = {}  # labels() looked up once
         self._outcomes: dict[str, Counter] = {}
+        self._ignored = Counter("decider_http_ignored_fields", "Request fields decider does "
+                                "not know, ignored", registry=r)
         self.seconds = Histogram("decider_http_request_seconds", "HTTP latency by path, end "
                                  "to end", ["path"], registry=r,
                                  buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
                                           2.5, 5, 10, 30))
+
+    def ignored(self, n: int) -> None:
+        self._ignored.inc(n)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":

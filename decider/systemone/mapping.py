@@ -1,6 +1,7 @@
 """System One requests to decider's, and decider's answers back (docs/systemone.md): the
-body parsed against the schema, each question asked as one of decider's (questions.py),
-and every field decider refuses reported at its System One place, FastAPI style.
+body parsed against the schema, the model asked for resolved, the fields decider does not
+know set aside, each question asked as one of decider's (questions.py), and every field
+decider refuses reported at its System One place, FastAPI style.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from ..questions import Request
 from .questions import Slot, ask
 from .render import JSON_ERROR, content_text, is_empty, non_finite
 from .schema import NoulCriteria, Provenance, SystemOneRequest, SystemOneResponse, Usage
+
+IMAGES_REFUSED = ("images are not supported: this server reads text; send the state as "
+                  "text or JSON, without assets")
 
 
 class BadBody(InvalidRequest):
@@ -49,6 +53,33 @@ def _plain(ctx: dict | None) -> dict:
     return {k: v if isinstance(v, ok) else str(v) for k, v in (ctx or {}).items()}
 
 
+def model_asked(name: str | None, typesafe_names: bool = True) -> str:
+    """The model a request names, for the front end to check ("": the served one, when
+    none is named or, with typesafe_names, TypeSafe's own: jev-latest, jev-*).
+    OpenRouter's forms name the same model: `provider/name`, `~provider/name`."""
+    if name is None:
+        return ""
+    bare = name.removeprefix("~").rpartition("/")[2]
+    return "" if typesafe_names and bare.startswith("jev-") else bare
+
+
+def ignored_fields(body: SystemOneRequest) -> list[str]:
+    """The places of the fields decider does not know (ignored, as the published API
+    ignores them): "x_trace_id", "questions.topic.seed", ..."""
+    places = [("", body)] + [(f"questions.{k}", q) for k, q in body.questions.items()]
+    places += [(f"questions.{k}.criteria", q.criteria) for k, q in body.questions.items()
+               if isinstance(q.criteria, NoulCriteria)]
+    return [f"{where}.{field}" if where else field for where, model in places
+            for field in (model.model_extra or ())]
+
+
+def legacy_names(doc: dict) -> dict:
+    """A response's JSON with decider 0.1's names beside the x_ ones (deprecated, [http]
+    legacy_names): label_mass in each answer, decider at the top."""
+    answers = {k: {**a, "label_mass": a["x_label_mass"]} for k, a in doc["answers"].items()}
+    return {**doc, "answers": answers, "decider": doc["x_decider"]}
+
+
 @dataclass(frozen=True, slots=True)
 class Asked:
     """A System One request as decider's Request, and how to read its answers back."""
@@ -62,11 +93,11 @@ class Asked:
             model=d.model,
             answers={s.key: s.read(a) for s, a in zip(self.slots, d.answers, strict=True)},
             usage=Usage(input_tokens=d.usage.prompt_tokens, output_tokens=0),
-            decider=Provenance(version=__version__, engine=d.engine,
-                               model_sha256=outcome.model_sha256,
-                               template_version=outcome.template_version,
-                               window_tokens=d.usage.window_tokens,
-                               queue_ms=outcome.queue_ms, compute_ms=outcome.compute_ms))
+            x_decider=Provenance(version=__version__, engine=d.engine,
+                                 model_sha256=outcome.model_sha256,
+                                 template_version=outcome.template_version,
+                                 window_tokens=d.usage.window_tokens,
+                                 queue_ms=outcome.queue_ms, compute_ms=outcome.compute_ms))
 
     def bad_body(self, error: InvalidRequest) -> BadBody:
         return BadBody([self._locate(v) for v in error.violations])
@@ -96,6 +127,8 @@ def to_decider(body: SystemOneRequest) -> Asked:
     One does not (an empty state, NaN). The request itself is validated where every
     request is, when it is planned: `Asked.bad_body` names its faults at their places."""
     bad = []
+    if body.assets:
+        bad.append(field_error(("assets",), IMAGES_REFUSED, "images_unsupported"))
     if is_empty(body.state) or non_finite(body.state):
         bad.append(field_error(("state",), JSON_ERROR if non_finite(body.state)
                                else "must not be empty"))
@@ -118,7 +151,7 @@ def answer_here(decider, raw: bytes | str | Mapping) -> SystemOneResponse:
     from ..prompts import TEMPLATE_VERSION
 
     body = parse_body(raw)
-    if body.model != decider.entry.name:
+    if model_asked(body.model) not in ("", decider.entry.name):
         raise ModelNotFound(f"model {body.model!r} is not loaded here; this is "
                             f"{decider.entry.name!r}", model=body.model)
     asked = to_decider(body)

@@ -5,7 +5,8 @@
   choice, 2+ options    choice over the option names, described by their criteria
   score                 scale over the levels "0", "1", ... described by their criteria
   choice or score of 1  one multi_label branch (the window is checked, the answer is sure)
-  decider.multi_label   multi_label, with per-option thresholds applied to each p
+  x_multi_label         multi_label, with per-option thresholds applied to each p
+                        (decider.multi_label: its deprecated name, still read)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from ..questions import Answer, Choice, Label, MultiLabel, Question, Scale, YesNo
 from .render import content_line, content_text
 from .schema import (
+    LEGACY_MULTI_LABEL,
     MULTI_LABEL,
     ChoiceAnswer,
     ChoiceQuestion,
@@ -30,7 +32,8 @@ from .schema import (
 
 ASK_BY_DEFAULT = {"noul": "Which answer fits the text?", "choice": "Which option fits the "
                   "text best?", "score": "Which level fits the text?",
-                  MULTI_LABEL: "Which options apply to the text?"}
+                  MULTI_LABEL: "Which options apply to the text?",
+                  LEGACY_MULTI_LABEL: "Which options apply to the text?"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +64,22 @@ def _noul(text: str, q: NoulQuestion, at: tuple) -> tuple[Question, Slot]:
     c = q.criteria
     if c is None or (c.true is None and c.false is None):
         return YesNo(text), Slot(at[1], at, (), lambda a: NoulAnswer(
-            noul=a.p_yes, label_mass=a.label_mass))
+            type="noul", noul=a.p_yes, x_label_mass=a.label_mass))
     labels = [Label("yes", content_line(c.true)), Label("no", content_line(c.false))]
     return Choice(text, labels), Slot(at[1], at, ("true", "false"), lambda a: NoulAnswer(
-        noul=a.probabilities["yes"], label_mass=a.label_mass))
+        type="noul", noul=a.probabilities["yes"], x_label_mass=a.label_mass))
 
 
 def _choice(text: str, q: ChoiceQuestion, at: tuple) -> tuple[Question, Slot]:
     names = tuple(q.criteria)
     if len(names) == 1:
         return _sure(text, names[0], q.criteria[names[0]], at, names, lambda a: ChoiceAnswer(
-            choice=names[0], confidence=1.0, probabilities={names[0]: 1.0},
-            label_mass=a.label_mass))
+            type="choice", choice=names[0], confidence=1.0, probabilities={names[0]: 1.0},
+            x_label_mass=a.label_mass))
     labels = [Label(n, content_line(d)) for n, d in q.criteria.items()]
     return Choice(text, labels), Slot(at[1], at, names, lambda a: ChoiceAnswer(
-        choice=a.label, confidence=a.confidence,
-        probabilities=a.probabilities, label_mass=a.label_mass))
+        type="choice", choice=a.label, confidence=a.confidence,
+        probabilities=a.probabilities, x_label_mass=a.label_mass))
 
 
 def _score(text: str, q: ScoreQuestion, at: tuple) -> tuple[Question, Slot]:
@@ -84,12 +87,12 @@ def _score(text: str, q: ScoreQuestion, at: tuple) -> tuple[Question, Slot]:
     indices = tuple(range(len(q.criteria)))
     if len(indices) == 1:
         return _sure(text, "0", q.criteria[0], at, indices, lambda a: ScoreAnswer(
-            score=0.0, confidence=1.0, legend=legend, probabilities={"0": 1.0},
-            label_mass=a.label_mass))
+            type="score", score=0.0, confidence=1.0, legend=legend, probabilities={"0": 1.0},
+            x_label_mass=a.label_mass))
     levels = [Label(str(i), content_line(level)) for i, level in enumerate(q.criteria)]
     return Scale(text, levels), Slot(at[1], at, indices, lambda a: ScoreAnswer(
-        score=a.expected_index, confidence=a.confidence,
-        legend=legend, probabilities=a.probabilities, label_mass=a.label_mass))
+        type="score", score=a.expected_index, confidence=a.confidence,
+        legend=legend, probabilities=a.probabilities, x_label_mass=a.label_mass))
 
 
 def _multi_label(text: str, q: MultiLabelQuestion, at: tuple) -> tuple[Question, Slot]:
@@ -99,10 +102,11 @@ def _multi_label(text: str, q: MultiLabelQuestion, at: tuple) -> tuple[Question,
     def read(a) -> MultiLabelAnswer:
         verdicts = {d.label: LabelVerdict(p=d.p, threshold=limit[d.label],
                                           chosen=d.p >= limit[d.label]) for d in a.labels}
-        return MultiLabelAnswer(labels=verdicts, label_mass=a.label_mass,
+        return MultiLabelAnswer(type=q.type, labels=verdicts, x_label_mass=a.label_mass,
                                 chosen=[n for n, v in verdicts.items() if v.chosen])
 
     return MultiLabel(text, labels, q.threshold), Slot(at[1], at, tuple(q.criteria), read)
 
 
-_ASK = {"noul": _noul, "choice": _choice, "score": _score, MULTI_LABEL: _multi_label}
+_ASK = {"noul": _noul, "choice": _choice, "score": _score, MULTI_LABEL: _multi_label,
+        LEGACY_MULTI_LABEL: _multi_label}

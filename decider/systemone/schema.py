@@ -1,7 +1,10 @@
 """The System One wire shape (POST /v1/systemone, GET /v1/models) as pydantic models.
 
-Standard fields follow the published schema; decider's additions are marked "decider:"
-in their descriptions (standard clients ignore unknown fields and answer types).
+Standard fields follow the published schema. decider's additions carry `x_` names (the
+community convention: no clash the day TypeSafe adds a field) and say "decider:" in their
+descriptions; clients ignore unknown fields and answer types. A request's unknown fields
+are kept aside (pydantic's extra="allow"), counted and ignored, as the published API
+ignores them.
 """
 
 from __future__ import annotations
@@ -26,11 +29,15 @@ Content = Annotated[str | dict[str, Any] | list[Any], WrapValidator(_one_error)]
 
 MAX_CHOICE_OPTIONS = 255  # published limits
 MAX_SCORE_LEVELS = 10
-MULTI_LABEL = "decider.multi_label"
+MULTI_LABEL = "x_multi_label"
+LEGACY_MULTI_LABEL = "decider.multi_label"  # deprecated: decider 0.1's name for it
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    """What a client sends: strict types; fields decider does not know are kept in
+    `model_extra`, for the route to count and drop."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class NoulCriteria(_Strict):
@@ -71,7 +78,7 @@ class ScoreQuestion(_Strict):
 class MultiLabelQuestion(_Strict):
     """decider: any of the options, each an independent yes/no."""
 
-    type: Literal["decider.multi_label"]
+    type: Literal["x_multi_label", "decider.multi_label"]
     instructions: Content | None = None
     criteria: dict[str, Content | None] = Field(min_length=1, max_length=256)
     threshold: float = Field(0.5, ge=0, le=1, description="An option is chosen at p >= this.")
@@ -91,38 +98,46 @@ Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion | MultiLabelQ
 
 
 class SystemOneRequest(_Strict):
-    model: str = Field(min_length=1, description="A name or alias from GET /v1/models.")
+    model: str | None = Field(None, description="A name or alias from GET /v1/models, "
+                              "TypeSafe's names (jev-latest, jev-*) or OpenRouter's forms of "
+                              "them; none: the served model.")
     state: Content = Field(description="What every question is asked about.")
     questions: dict[str, Question] = Field(
         min_length=1, description="Questions under names you choose; answers come back under "
         "the same names.")
+    assets: dict[str, Any] | None = Field(None, description="Images: refused, this server "
+                                          "reads text (422 naming them).")
+
+
+_MASS = Field(description="decider: the share of the model's whole next-token probability "
+                          "on the answer tokens (low: the model is not answering in label "
+                          "space).")
 
 
 class NoulAnswer(BaseModel):
-    type: Literal["noul"] = "noul"
+    type: Literal["noul"]
     noul: float = Field(description="The probability of yes.")
-    label_mass: float = Field(description="decider: the share of the model's whole "
-                              "next-token probability on the answer tokens.")
+    x_label_mass: float = _MASS
 
 
 class ChoiceAnswer(BaseModel):
-    type: Literal["choice"] = "choice"
+    type: Literal["choice"]
     choice: str = Field(description="The most probable option.")
     confidence: float = Field(description="(n*m - 1)/(n - 1), m the chosen option's "
                               "probability, n the options: 0 uniform, 1 certain (1 for one).")
     probabilities: dict[str, float] = Field(description="Every option; they sum to 1.")
-    label_mass: float
+    x_label_mass: float = _MASS
 
 
 class ScoreAnswer(BaseModel):
-    type: Literal["score"] = "score"
+    type: Literal["score"]
     score: float = Field(description="The probability-weighted level, 0-based.")
     confidence: float = Field(description="1 - spread/D: the probability's mean distance "
                               "from the modal level against a uniform distribution's (1 for "
                               "one level).")
     legend: dict[str, Content] = Field(description="Level index -> its criterion.")
     probabilities: dict[str, float] = Field(description="Level index -> probability.")
-    label_mass: float
+    x_label_mass: float = _MASS
 
 
 class LabelVerdict(BaseModel):
@@ -134,10 +149,11 @@ class LabelVerdict(BaseModel):
 class MultiLabelAnswer(BaseModel):
     """decider: each option's own yes/no."""
 
-    type: Literal["decider.multi_label"] = "decider.multi_label"
+    type: Literal["x_multi_label", "decider.multi_label"] = Field(
+        description="As the question was asked.")
     labels: dict[str, LabelVerdict]
     chosen: list[str] = Field(description="The chosen options, in the order given.")
-    label_mass: float = Field(description="The lowest over the options' branches.")
+    x_label_mass: float = Field(description="decider: the lowest over the options' branches.")
 
 
 Answer = Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer | MultiLabelAnswer,
@@ -163,10 +179,10 @@ class Provenance(BaseModel):
 
 
 class SystemOneResponse(BaseModel):
-    model: str
+    model: str = Field(description="The served model's name, whatever name was asked for.")
     answers: dict[str, Answer]
     usage: Usage
-    decider: Provenance
+    x_decider: Provenance
 
 
 class ModelCard(BaseModel):
@@ -174,9 +190,9 @@ class ModelCard(BaseModel):
     description: str
     release_date: str = Field(description="YYYY-MM-DD: the served file's date (decider "
                               "knows no release dates).")
-    n_ctx: int = Field(description="decider: the loaded window, in tokens.")
-    engine: str
-    sha256: str
+    x_n_ctx: int = Field(description="decider: the loaded window, in tokens.")
+    x_engine: str = Field(description="decider: the engine that serves it.")
+    x_sha256: str = Field(description="decider: the model file's sha256.")
 
 
 class ModelList(BaseModel):
@@ -195,8 +211,11 @@ class ValidationFailed(BaseModel):
 
 
 class Problem(BaseModel):
-    reason: str = Field(description="decider's UPPER_SNAKE reason, as over gRPC.")
+    error_type: str = Field(description="TypeSafe's error type: api_usage_error, "
+                            "authentication_error, max_tokens_exceeded, not_found, "
+                            "rate_limit_error, overloaded_error, internal_error.")
     message: str
+    reason: str = Field(description="decider: its UPPER_SNAKE reason, as over gRPC.")
     model_config = ConfigDict(extra="allow")  # the reason's numbers: prompt_tokens, n_ctx, ...
 
 
