@@ -11,7 +11,7 @@ or a bad value is refused with the file, the key and the reason, before READY=1.
                max_description_chars, max_instructions_chars, max_work_tokens
     [paths]    cache_dir, catalog
     [http]     address, api_keys, key_file, tls_cert, tls_key, tls_client_ca, model_aliases,
-               typesafe_names, legacy_names, max_body_bytes, request_timeout_seconds,
+               vendor_names, legacy_names, max_body_bytes, request_timeout_seconds,
                max_connections (decider/http)
 
 Flags of `decider serve` (and the load flags of `run`) override the file, through the
@@ -87,7 +87,7 @@ class HttpSection:
     tls_key: str = ""  # "" uses [tls] key
     tls_client_ca: str = ""  # "" uses [tls] client_ca
     model_aliases: tuple[str, ...] = ()  # more names the served model answers to
-    typesafe_names: bool = True  # it answers to TypeSafe's jev-latest and jev-* too
+    vendor_names: bool = True  # it answers to jev-latest, jev-*, gpt-6-luna* too
     legacy_names: bool = False  # deprecated: label_mass, decider beside the x_ names
     max_body_bytes: int = 16 * 2**20
     request_timeout_seconds: float = 30.0  # past it a request is answered 504

@@ -203,3 +203,73 @@ def test_decider_0_1s_names_come_beside_the_x_names_only_when_asked(decider):
     old = legacy_names(doc)
     assert old["decider"] == old["x_decider"]
     assert all(a["label_mass"] == a["x_label_mass"] for a in old["answers"].values())
+
+
+def test_openais_client_gets_its_decisions_answered_as_system_one_would(served, decider):
+    """OpenAI's Decisions API through openai-python: predicate, choice and score ask what
+    System One's noul, choice and score ask, in question order, under their names."""
+    from openai import OpenAI
+
+    client = OpenAI(api_key=KEY, base_url=served.url + "/v1", max_retries=0, timeout=300)
+    q = QUESTIONS
+    d = client.decisions.create(model="gpt-6-luna", input=TEXT, questions=[
+        {"type": "predicate", "name": "refund", "instructions": q["refund"]["instructions"]},
+        {"type": "choice", "name": "team", "instructions": q["team"]["instructions"],
+         "choices": [{"value": "billing"}, {"value": "tech", "description": "bugs and errors"}]},
+        {"type": "score", "name": "urgency", "instructions": q["urgency"]["instructions"],
+         "levels": [{"label": lv} for lv in q["urgency"]["criteria"]]}])
+    here = in_process(decider, QUESTIONS)
+    refund, team, urgency = d.answers
+    assert (refund.type, refund.name) == ("predicate", "refund")
+    assert refund.probability == pytest.approx(here["refund"], abs=1e-9)
+    assert team.choice == here["team"] and [p.value for p in team.probabilities] == [
+        "billing", "tech"]
+    assert urgency.score == pytest.approx(here["urgency"], abs=1e-9)
+    assert [(p.value, p.label) for p in urgency.probabilities] == list(
+        enumerate(q["urgency"]["criteria"]))
+    assert d.model == MODEL and d.usage.input_tokens == d.usage.total_tokens > 0
+
+
+def test_decisions_keep_boolean_values_typed_and_refuse_in_openais_envelope(served):
+    from openai import BadRequestError, OpenAI
+
+    client = OpenAI(api_key=KEY, base_url=served.url + "/v1", max_retries=0, timeout=300)
+    d = client.decisions.create(model="gpt-6-luna", input=[
+        {"role": "user", "content": [{"type": "input_text", "text": TEXT},
+                                     {"type": "input_json", "data": {"order": "A-104"}}]}],
+        questions=[{"type": "choice", "instructions": "Is a refund asked for?",
+                    "choices": [{"value": True}, {"value": False}]}])
+    [answer] = d.answers
+    assert isinstance(answer.choice, bool) and answer.name is None
+    assert {p.value for p in answer.probabilities} == {True, False}
+    with pytest.raises(BadRequestError) as image:
+        client.decisions.create(model="gpt-6-luna", input=[{"role": "user", "content": [
+            {"type": "input_image", "image_url": "https://example.com/a.png"}]}],
+            questions=[{"type": "predicate", "instructions": "A cat?"}])
+    assert "images are not supported" in image.value.message
+    assert image.value.param == "input[0].content[0]"
+    with pytest.raises(BadRequestError) as duplicate:
+        client.decisions.create(model="gpt-6-luna", input=TEXT, questions=[
+            {"type": "choice", "instructions": "Which?",
+             "choices": [{"value": "Yes"}, {"value": "yes"}]}])
+    assert duplicate.value.param == "questions[0].choices[1]"
+    assert duplicate.value.code == "INVALID_REQUEST"
+
+
+def test_the_openapi_document_validates_and_requires_each_answers_type(served):
+    """Validated against the OpenAPI 3.1 schema by openapi-spec-validator; every route
+    answers its refusals in a documented shape; the answers' type is required (clients
+    pick the answer class by it)."""
+    from openapi_spec_validator import validate
+
+    doc = httpx2.get(served.url + "/openapi.json").json()
+    validate(doc)
+    schemas = doc["components"]["schemas"]
+    for name in ("NoulAnswer", "ChoiceAnswer", "ScoreAnswer", "MultiLabelAnswer",
+                 "DecisionPredicateAnswer", "DecisionChoiceAnswer", "DecisionScoreAnswer"):
+        assert "type" in schemas[name]["required"], name
+    assert doc["servers"] and "text/plain" in doc["paths"]["/metrics"]["get"]["responses"][
+        "200"]["content"]
+    for path in ("/v1/systemone", "/v1/decisions"):
+        responses = doc["paths"][path]["post"]["responses"]
+        assert all(r.get("content") for status, r in responses.items() if status >= "400")

@@ -66,5 +66,28 @@ def error_response(error: DeciderError) -> Response:
     return refusal(status, error.reason, error.message, **numbers)
 
 
+# OpenAI's error envelope, for the Decisions API: a bad field is a 400 naming it
+OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                404: "not_found_error", 429: "rate_limit_error"}
+
+
+def openai_refusal(status: int, reason: str, message: str, headers: dict | None = None,
+                   param: str | None = None) -> Response:
+    headers = dict(headers or {})
+    if status in RETRY_AFTER_S:
+        headers.setdefault("Retry-After", str(RETRY_AFTER_S[status]))
+    kind = OPENAI_TYPES.get(status, "server_error" if status >= 500
+                            else "invalid_request_error")
+    return json_response(status, {"error": {"message": message, "type": kind, "param": param,
+                                            "code": reason}}, headers)
+
+
+def openai_error_response(error: DeciderError) -> Response:
+    status = 400 if error.kind == "invalid" else BY_REASON.get(error.reason,
+                                                              STATUS[error.kind])
+    param = error.violations[0].field if error.violations else None
+    return openai_refusal(status, error.reason, error.message, param=param)
+
+
 def field_errors_response(errors: list[dict]) -> Response:
     return json_response(422, {"detail": errors})

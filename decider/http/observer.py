@@ -17,8 +17,8 @@ from prometheus_client import Counter, Histogram
 from ..service.metrics import Metrics
 
 log = structlog.get_logger("decider.http")
-DECIDE = "/v1/systemone"
-ROUTES = (DECIDE, "/v1/models", "/healthz", "/readyz", "/metrics", "/openapi.json")
+DECIDE = ("/v1/systemone", "/v1/systemone/", "/v1/decisions")
+ROUTES = (*DECIDE, "/v1/models", "/healthz", "/readyz", "/metrics", "/openapi.json")
 PROBES = ("/healthz", "/readyz", "/metrics")  # logged at debug: scraped every few seconds
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -81,7 +81,7 @@ class HttpObserver:
         latency.observe(seconds)
         fields = {k: state[k] for k in ("outcome", "questions", "prompt_tokens", "text")
                   if k in state}
-        if path == DECIDE:
+        if path in DECIDE:
             outcome = state.get("outcome", f"HTTP_{status}")
             if outcome not in self._outcomes:
                 self._outcomes[outcome] = self.metrics.requests.labels(outcome)

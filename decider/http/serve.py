@@ -185,7 +185,7 @@ async def serve_http(cfg: Config, frontend: Frontend, metrics: Metrics | None = 
     plan = check_http(cfg)
     h = cfg.http
     app = build_app(frontend, Settings(plan.keys, h.max_body_bytes, h.request_timeout_seconds,
-                                       cfg.server.log_text, h.typesafe_names, h.legacy_names),
+                                       cfg.server.log_text, h.vendor_names, h.legacy_names),
                     metrics)
     protocol = type("HeadersInTime", (_HeadersInTime,),
                     {"header_timeout": h.request_timeout_seconds})

@@ -46,7 +46,7 @@ def add_systemone(app: FastAPI, frontend: Frontend, settings, observer: HttpObse
             request.state.text = asked.request.text
         try:
             outcome = await answer(frontend, asked.request,
-                                   model_asked(body.model, settings.typesafe_names),
+                                   model_asked(body.model, settings.vendor_names),
                                    deadline, caller, request)
         except InvalidRequest as e:
             raise asked.bad_body(e) from None

@@ -53,14 +53,18 @@ def _plain(ctx: dict | None) -> dict:
     return {k: v if isinstance(v, ok) else str(v) for k, v in (ctx or {}).items()}
 
 
-def model_asked(name: str | None, typesafe_names: bool = True) -> str:
+VENDOR_MODELS = ("jev-", "gpt-6-luna")  # TypeSafe's and OpenAI's decision models
+
+
+def model_asked(name: str | None, vendor_names: bool = True) -> str:
     """The model a request names, for the front end to check ("": the served one, when
-    none is named or, with typesafe_names, TypeSafe's own: jev-latest, jev-*).
-    OpenRouter's forms name the same model: `provider/name`, `~provider/name`."""
+    none is named or, with vendor_names, the vendors' own: jev-latest, jev-*,
+    gpt-6-luna). OpenRouter's forms name the same model: `provider/name`,
+    `~provider/name`."""
     if name is None:
         return ""
     bare = name.removeprefix("~").rpartition("/")[2]
-    return "" if typesafe_names and bare.startswith("jev-") else bare
+    return "" if vendor_names and bare.startswith(VENDOR_MODELS) else bare
 
 
 def ignored_fields(body: SystemOneRequest) -> list[str]:
