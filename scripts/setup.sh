@@ -42,4 +42,14 @@ still_going &
 ticker=$!
 trap 'kill "$ticker" 2>/dev/null' EXIT
 .venv/bin/python -m pip install --quiet -c constraints/cpu.txt -e ".[$extras]"
+if [ "$extras" != llama ]; then
+  # Redocly's linter for the served OpenAPI document (tests/test_http_clients.py)
+  if command -v npm >/dev/null; then
+    say "installing @redocly/cli into .venv/redocly (npm)"
+    npm install --prefix .venv/redocly --silent --no-audit --no-fund @redocly/cli@2.77.0 \
+      >/dev/null || say "could not install @redocly/cli: its lint test will skip and say why"
+  else
+    say "no npm: the OpenAPI lint test will skip and say why"
+  fi
+fi
 say "done: .venv/bin/decider (or '. .venv/bin/activate' to put decider on PATH)"

@@ -273,3 +273,20 @@ def test_the_openapi_document_validates_and_requires_each_answers_type(served):
     for path in ("/v1/systemone", "/v1/decisions"):
         responses = doc["paths"][path]["post"]["responses"]
         assert all(r.get("content") for status, r in responses.items() if status >= "400")
+
+
+def test_the_openapi_document_lints_clean_under_redoclys_recommended_rules(served, tmp_path):
+    import subprocess
+    from pathlib import Path
+
+    redocly = Path(__file__).parents[1] / ".venv" / "redocly" / "node_modules" / ".bin" / \
+        "redocly"
+    if not redocly.exists():
+        pytest.skip("@redocly/cli is not installed (scripts/setup.sh --test installs it with "
+                    "npm where npm is present)")
+    doc = tmp_path / "openapi.json"
+    doc.write_text(httpx2.get(served.url + "/openapi.json").text)
+    out = subprocess.run([str(redocly), "lint", str(doc), "--extends", "recommended",
+                          "--format", "json"], capture_output=True, text=True, timeout=120)
+    report = json.loads(out.stdout)
+    assert report["totals"] == {"errors": 0, "warnings": 0, "ignored": 0}, report["problems"]

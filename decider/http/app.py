@@ -36,7 +36,7 @@ from .errors import (
     refusal,
 )
 from .observer import HttpObserver
-from .openapi import SECURED, refusals
+from .openapi import SECURED, WHY, refusals
 from .systemone import add_systemone
 
 log = structlog.get_logger("decider.http")
@@ -106,19 +106,23 @@ def build_app(frontend: Frontend, settings: Settings, metrics: Metrics | None = 
     """The ASGI application: FastAPI's, inside HttpObserver (which sees every response,
     FastAPI's own 500 included, to give it a request id, a log line and its metrics)."""
     app = FastAPI(title="decider: the System One and Decisions APIs", version=__version__,
-                  docs_url=None,
+                  docs_url=None, license_info={"name": "Apache-2.0",
+                                               "identifier": "Apache-2.0"},
                   redoc_url=None, openapi_url="/openapi.json", redirect_slashes=False)
     app.router.route_class = _Direct
     observer = HttpObserver(app, metrics or Metrics())
     add_systemone(app, frontend, settings, observer)
     add_decisions(app, frontend, settings)
 
-    @app.get("/healthz")
+    open_ = {"security": []}  # probes ask for no key
+
+    @app.get("/healthz", openapi_extra=open_, responses={405: {"description": WHY[405]}})
     async def healthz(request: Request) -> Response:
         """Live: the process answers HTTP."""
         return json_response(200, {"status": "ok"})
 
-    @app.get("/readyz", responses={503: {"description": "Not ready (Retry-After)"}})
+    @app.get("/readyz", openapi_extra=open_, responses={
+        405: {"description": WHY[405]}, 503: {"description": "Not ready (Retry-After)"}})
     async def readyz(request: Request) -> Response:
         """Ready only while the model is loaded and warm (gRPC health SERVING)."""
         if frontend.ready():

@@ -36,6 +36,7 @@ def build(app: FastAPI, request_schemas: dict[str, type[BaseModel]]) -> dict:
     if app.openapi_schema is None:
         doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
                           description="docs/systemone.md: the mapping to decider",
+                          license_info=app.license_info,
                           servers=[{"url": "/", "description": "this daemon"}])
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
         for name, model in request_schemas.items():
