@@ -290,3 +290,19 @@ def test_the_openapi_document_lints_clean_under_redoclys_recommended_rules(serve
                           "--format", "json"], capture_output=True, text=True, timeout=120)
     report = json.loads(out.stdout)
     assert report["totals"] == {"errors": 0, "warnings": 0, "ignored": 0}, report["problems"]
+
+
+def test_a_255_option_choice_is_answered_as_in_process(served, decider):
+    """The published limit of options, single- and multi-token names mixed, over HTTP: the
+    in-process answer (docs/benchmarks.md has its time against one read of its prompt)."""
+    names = [f"option {i}" if i % 3 else f"refund{i}" for i in range(255)]
+    question = {"type": "choice", "instructions": "Which option fits the ticket?",
+                "criteria": dict.fromkeys(names)}
+    r = post(served, {"state": TEXT, "questions": {"q": question}})
+    assert r.status_code == 200, r.text
+    there = r.json()["answers"]["q"]
+    here = decider.decide_systemone({"model": MODEL, "state": TEXT,
+                                     "questions": {"q": question}})["answers"]["q"]
+    assert there["choice"] == here["choice"]
+    assert list(there["probabilities"]) == names
+    assert there["probabilities"] == pytest.approx(here["probabilities"], abs=1e-9)
