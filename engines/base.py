@@ -92,7 +92,7 @@ def label_trie(candidates: Sequence[Tokens]) -> dict[Tokens, Tokens]:
 
 def trie_leaves(trie: dict[Tokens, Tokens]) -> list[Tokens]:
     """Trie nodes with no child node: the label paths a sequence ends on."""
-    return [p for p in trie if not any(len(q) > len(p) and q[: len(p)] == p for q in trie)]
+    return [p for p, nxt in trie.items() if not any((*p, t) in trie for t in nxt)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,31 @@ import structlog
 
 from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 
-from .base import (DECODE_TOKENS, OUTPUT_TOKENS, BranchResult, EngineInfo, NodeLogits,
-                   ScoreJob, Stop, Tokens, check_windows, label_trie, resolve_n_ctx)
+from .base import (
+    DECODE_TOKENS,
+    OUTPUT_TOKENS,
+    BranchResult,
+    EngineInfo,
+    NodeLogits,
+    ScoreJob,
+    Stop,
+    Tokens,
+    check_windows,
+    label_trie,
+    resolve_n_ctx,
+)
 from .faults import begin_pass
+from .llama_layout import (
+    Copy,
+    Decode,
+    Entry,
+    Remove,
+    Step,
+    alone_steps,
+    shared_groups,
+    shared_steps,
+)
 from .llama_lib import captured_log, kv_caches, load_model, tokenizer_of
-from .llama_layout import (Copy, Decode, Entry, Remove, Step, alone_steps, shared_groups,
-                           shared_steps)
 
 log = structlog.get_logger("decider.engines.llama")
 
@@ -44,7 +63,7 @@ class LlamaEngine:
         n_ctx: int | None = None,
         *,
         model_name: str = "",
-        n_parallel: int = 4,
+        n_parallel: int = 8,  # label paths a decode: 4, 8, 16 measured (docs/design.md)
         n_batch: int = 512,
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
@@ -108,7 +127,7 @@ class LlamaEngine:
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = cparams.n_ubatch = n_batch
-        cparams.n_seq_max = 1 + n_parallel  # the prefix + branch sequences
+        cparams.n_seq_max = 1 + n_parallel  # sequence 0 + a group's label paths
         cparams.kv_unified = True  # branch sequences share the prefix cells
         cparams.swa_full = False  # sliding layers keep only their window
         cparams.no_perf = True

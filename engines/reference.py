@@ -22,8 +22,17 @@ from transformers.initialization import no_init_weights
 from decider.errors import ConfigError, EngineFailure
 
 from . import reference_models
-from .base import (BranchResult, EngineInfo, NodeLogits, ScoreJob, Stop, check_windows,
-                   label_trie, resolve_n_ctx, trie_leaves)
+from .base import (
+    BranchResult,
+    EngineInfo,
+    NodeLogits,
+    ScoreJob,
+    Stop,
+    check_windows,
+    label_trie,
+    resolve_n_ctx,
+    trie_leaves,
+)
 from .checkpoints import has_tokenizer, read_text_model
 from .faults import begin_pass
 from .layers import activation_dtype

@@ -3,13 +3,15 @@ for each question shape at the largest size the work bound admits.
 
     python scripts/work_bound.py [--bound 16384] [--n-ctx 8192] [--repeat 3]
                                  [--only NAME ...] [--size NAME=N ...] [--n-parallel 4]
+                                 [--quiet 0.05]
 
 Each shape grows with one size (the text's words, or the labels of each question) up to
 the largest size whose request fits the window and the bound; the request is then
 answered with the bound lifted (Decider.plan, Decider.decide_request) `repeat` times after
 one warm-up, and the median is printed. --size fixes a shape's size instead of searching
-(to time the same requests on another version of the engine). Prints a markdown table
-and the load average before and after each shape: the machine may be shared.
+(to time the same requests on another version of the engine). The machine may be shared:
+only calls during which other processes stayed quiet count (`seconds`); the table gives
+how many calls it took and the load average after them.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ SHAPES: dict[str, tuple[str, Build, int]] = {
         Choice("Topic?", [f"topic {i}" for i in range(256)]),)), 20000),
     "choice, 10-word labels": ("labels", lambda n: Request(words(60), (
         Choice("Topic?", long_labels(n)),)), 256),
+    "choice, 256 10-word labels": ("words", lambda n: Request(words(n), (
+        Choice("Topic?", long_labels(256)),)), 20000),
     "multi-label, 256 labels": ("words", lambda n: Request(words(n), (
         MultiLabel("Which apply?", [f"label {i}" for i in range(256)]),)), 20000),
     "scale, 5 levels": ("words", lambda n: Request(words(n), (
@@ -91,14 +95,32 @@ def largest(d: Decider, build: Build, top: int, bound: int) -> int | None:
     return lo
 
 
-def seconds(d: Decider, request: Request, repeat: int) -> float:
+def others_cpu() -> float:
+    """CPU seconds spent so far by every process but this one (Linux's /proc/stat)."""
+    with open("/proc/stat") as f:
+        jiffies = [int(v) for v in f.readline().split()[1:8]]
+    busy = (sum(jiffies) - jiffies[3] - jiffies[4]) / os.sysconf("SC_CLK_TCK")  # not idle
+    own = os.times()
+    return busy - own.user - own.system
+
+
+def seconds(d: Decider, request: Request, repeat: int, quiet: float) -> tuple[float, int]:
+    """The median of `repeat` calls during which the other processes took at most `quiet`
+    of the machine's CPU, and how many calls that took. llama.cpp's threads wait for each
+    other at every step, so another process on one core slows a call several times over:
+    a disturbed call is timed again after a pause."""
     d.decide_request(request)  # warm-up: the tokenizer's cache, the pages of the weights
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
+    times, calls = [], 0
+    while len(times) < repeat and calls < 5 * repeat:
+        calls += 1
+        others, start = others_cpu(), time.perf_counter()
         d.decide_request(request)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        wall = time.perf_counter() - start
+        if others_cpu() - others <= quiet * wall * os.cpu_count():
+            times.append(wall)
+        else:
+            time.sleep(30)
+    return (statistics.median(times) if times else float("nan")), calls
 
 
 def main() -> None:
@@ -109,6 +131,8 @@ def main() -> None:
     p.add_argument("--only", nargs="*", default=list(SHAPES))
     p.add_argument("--size", action="append", default=[], help="NAME=N")
     p.add_argument("--n-parallel", type=int, help="the llama engine's branch sequences")
+    p.add_argument("--quiet", type=float, default=0.05,
+                   help="the share of the CPUs other processes may take during a timed call")
     args = p.parse_args()
     sizes = dict(s.rsplit("=", 1) for s in args.size)
     options = {"n_parallel": args.n_parallel} if args.n_parallel else {}
@@ -116,22 +140,20 @@ def main() -> None:
                  **options) as d:
         print(f"bound {args.bound}, n_ctx {args.n_ctx}, engine {d.engine.name}, "
               f"threads {os.cpu_count()}, kv {d.engine.info.memory['kv'] / 2**20:.0f} MiB")
-        print("| request | size | window tokens | work tokens | seconds | load before/after |")
-        print("|---|---|---|---|---|---|")
+        print("| request | size | window tokens | work tokens | seconds | calls | load |")
+        print("|---|---|---|---|---|---|---|")
         for name in args.only:
             unit, build, top = SHAPES[name]
             n = int(sizes[name]) if name in sizes else largest(d, build, top, args.bound)
             if n is None:
-                print(f"| {name} | refused at 2 {unit} | | {work(d, build(2))} | | |")
+                print(f"| {name} | refused at 2 {unit} | | {work(d, build(2)):,} | | | |")
                 continue
             request = build(n)
             plan = d.plan(request)
-            before = os.getloadavg()[0]
-            t = seconds(d, request, args.repeat)
+            t, calls = seconds(d, request, args.repeat, args.quiet)
             print(f"| {name} | {n} {unit} | {plan.window_tokens:,} | "
-                  f"{d.engine.work_tokens(plan.job):,} | {t:.1f} | "
-                  f"{before:.2f}/{os.getloadavg()[0]:.2f} |", flush=True)
-
+                  f"{d.engine.work_tokens(plan.job):,} | {t:.1f} | {calls} | "
+                  f"{os.getloadavg()[0]:.2f} |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -9,14 +9,14 @@ import pytest
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.errors import ConfigError, PromptTooLong
 from decider.scoring import answer_log_probs, build_candidates
-
 from helpers.plain_llama import plain_llama, plain_rows
 
 # The plain decodes use the engine's batches (the prefix with the first branch, later
 # branches appended to the kept prefix), flash attention setting and weight layout:
 # with the same batches llama.cpp gives the same logits. Other batch shapes move its
 # logits by up to ~0.3 (flash attention tiles queries past 64 tokens a batch) and
-# probabilities by up to 0.05 (DESIGN.md) - 0.054 measured here - hence P_TOL.
+# probabilities by up to 0.05 (docs/design.md, "The llama.cpp engine") - 0.054 measured
+# here - hence P_TOL.
 LOGIT_TOL = 1e-4
 P_TOL = 0.08
 WINDOW = 512  # gemma-3-270m's sliding window
