@@ -36,7 +36,7 @@ python3 - "$model" "$tok" <<'EOF'
 import sys
 from pathlib import Path
 import numpy as np
-from decider.engines.random_gguf import SHAPES, write_tiny_gemma3
+from decider.bench.random_gguf import SHAPES, write_tiny_gemma3
 write_tiny_gemma3(Path(sys.argv[1]), np.random.default_rng(0), tokenizer_from=Path(sys.argv[2]),
                   **SHAPES["gemma-3-270m"])
 EOF

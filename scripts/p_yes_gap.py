@@ -14,8 +14,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "gpu"))
 from test_triton_engine_cuda import VOCAB, WINDOW, jobs, p_yes
 
+from decider.bench.random_gguf import write_tiny_gemma3
 from decider.engines import load_engine
-from decider.engines.random_gguf import write_tiny_gemma3
 
 seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 6
 device = sys.argv[2] if len(sys.argv) > 2 else "cuda"

@@ -19,10 +19,11 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from decider.bench import random_gemma4
 from decider.bench.engines import random_job
-from decider.engines import ScoreJob, load_engine, random_gemma4
+from decider.bench.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
+from decider.engines import ScoreJob, load_engine
 from decider.engines.passes import lay_out
-from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 from decider.engines.triton_engine import N_BATCH
 
 shape = sys.argv[1] if len(sys.argv) > 1 else "gemma-3-270m"

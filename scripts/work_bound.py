@@ -11,7 +11,8 @@ answered with the bound lifted (Decider.plan, Decider.decide_request) `repeat` t
 one warm-up, and the median is printed. --size fixes a shape's size instead of searching
 (to time the same requests on another version of the engine). The machine may be shared:
 only calls during which other processes stayed quiet count (`seconds`); the table gives
-how many calls it took and the load average after them.
+how many calls it took and the load average after them. Beside each request, `read once`:
+llama.cpp's own Llama reading as many tokens of its prompt once, and the ratio of the two.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -104,23 +106,39 @@ def others_cpu() -> float:
     return busy - own.user - own.system
 
 
-def seconds(d: Decider, request: Request, repeat: int, quiet: float) -> tuple[float, int]:
+def seconds(call: Callable[[], object], repeat: int, quiet: float) -> tuple[float, int]:
     """The median of `repeat` calls during which the other processes took at most `quiet`
     of the machine's CPU, and how many calls that took. llama.cpp's threads wait for each
     other at every step, so another process on one core slows a call several times over:
     a disturbed call is timed again after a pause."""
-    d.decide_request(request)  # warm-up: the tokenizer's cache, the pages of the weights
+    call()  # warm-up: the tokenizer's cache, the pages of the weights
     times, calls = [], 0
     while len(times) < repeat and calls < 5 * repeat:
         calls += 1
         others, start = others_cpu(), time.perf_counter()
-        d.decide_request(request)
+        call()
         wall = time.perf_counter() - start
         if others_cpu() - others <= quiet * wall * os.cpu_count():
             times.append(wall)
         else:
             time.sleep(30)
     return (statistics.median(times) if times else float("nan")), calls
+
+
+def plain_reader(d: Decider):
+    """llama-cpp-python's own Llama over the same file, context size and threads: the
+    baseline of reading a prompt once (one sequence, no labels)."""
+    from llama_cpp import Llama
+
+    return Llama(d.engine.info.model_path, n_ctx=d.n_ctx, n_batch=512, swa_full=False,
+                 n_threads=os.cpu_count(), n_threads_batch=os.cpu_count(), verbose=False)
+
+
+def read_once(llm, job, n: int) -> None:
+    """Read n tokens of the job's prompt (its prefix, then its branches' tokens) once."""
+    tokens = [*job.prefix, *(t for b in job.branches for t in (*b.suffix, *b.candidates[0]))]
+    llm.reset()
+    llm.eval(tokens[:n])
 
 
 def main() -> None:
@@ -140,20 +158,26 @@ def main() -> None:
                  **options) as d:
         print(f"bound {args.bound}, n_ctx {args.n_ctx}, engine {d.engine.name}, "
               f"threads {os.cpu_count()}, kv {d.engine.info.memory['kv'] / 2**20:.0f} MiB")
-        print("| request | size | window tokens | work tokens | seconds | calls | load |")
-        print("|---|---|---|---|---|---|---|")
+        llm = plain_reader(d)
+        print("| request | size | window tokens | work tokens | seconds | calls | load "
+              "| read once | ratio |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for name in args.only:
             unit, build, top = SHAPES[name]
             n = int(sizes[name]) if name in sizes else largest(d, build, top, args.bound)
             if n is None:
-                print(f"| {name} | refused at 2 {unit} | | {work(d, build(2)):,} | | | |")
+                print(f"| {name} | refused at 2 {unit} | | {work(d, build(2)):,} | | | | | |")
                 continue
             request = build(n)
             plan = d.plan(request)
-            t, calls = seconds(d, request, args.repeat, args.quiet)
+            t, calls = seconds(partial(d.decide_request, request), args.repeat, args.quiet)
+            load = os.getloadavg()[0]
+            once, _ = seconds(partial(read_once, llm, plan.job, plan.window_tokens),
+                              args.repeat, args.quiet)
             print(f"| {name} | {n} {unit} | {plan.window_tokens:,} | "
-                  f"{d.engine.work_tokens(plan.job):,} | {t:.1f} | {calls} | "
-                  f"{os.getloadavg()[0]:.2f} |", flush=True)
+                  f"{d.engine.work_tokens(plan.job):,} | {t:.1f} | {calls} | {load:.2f} | "
+                  f"{once:.1f} | {t / once:.2f} |", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -14,7 +14,7 @@ from helpers.daemon import DECIDER
 
 def tiny_shape(monkeypatch, vocab: int) -> None:
     """A made-up two-layer shape "tiny" for `decider bench --shape`, of `vocab` tokens."""
-    from decider.engines.random_gguf import SHAPES
+    from decider.bench.random_gguf import SHAPES
 
     monkeypatch.setitem(SHAPES, "tiny", dict(layers=2, hidden=256, heads=2, kv_heads=1,
                                              head_dim=128, ffn=256, vocab=vocab, window=16))

@@ -12,11 +12,11 @@ import weakref
 import pytest
 import torch
 
+from decider.bench.random_gemma4 import write_gemma4
 from decider.engines import ScoreJob, load_engine
 from decider.engines.gemma4 import Gemma4
 from decider.engines.gguf_weights import GGUFModel
 from decider.engines.passes import lay_out
-from decider.engines.random_gemma4 import write_gemma4
 from decider.errors import ConfigError
 from decider.kernels.fused import rope_tables
 from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW, kv_bytes

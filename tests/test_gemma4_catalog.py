@@ -14,11 +14,11 @@ import structlog
 from structlog.testing import capture_logs
 
 from decider import Decider, YesNo
+from decider.bench.random_gemma4 import write_gemma4
 from decider.catalog import CHECKPOINT_FILES, Catalog
 from decider.commands import main
 from decider.engine_choice import choose_engine
 from decider.engines import host
-from decider.engines.random_gemma4 import write_gemma4
 from decider.logs import configure
 from decider.prompts import FORMATS
 from helpers.gemma4_models import VOCAB

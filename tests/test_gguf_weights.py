@@ -10,8 +10,8 @@ import gguf
 import numpy as np
 import pytest
 
+from decider.bench.random_gguf import T, random_blocks, write_tiny_gemma3
 from decider.engines.gguf_weights import GGUFModel, pack
-from decider.engines.random_gguf import T, random_blocks, write_tiny_gemma3
 
 TYPES = [T.Q4_0, T.Q4_1, T.Q4_K, T.Q5_0, T.Q6_K, T.Q8_0]
 

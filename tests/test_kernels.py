@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from decider.bench.random_gguf import T, random_blocks
 from decider.engines.gguf_weights import pack
 from decider.engines.layers import qweight
-from decider.engines.random_gguf import T, random_blocks
 from decider.kernels import embed, fused
 from decider.kernels import qmatmul as qm
 from decider.kernels.attention import attend, pass_mask, tree_bounds

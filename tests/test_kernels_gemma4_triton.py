@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decider.engines.random_gemma4 import SHAPES
+from decider.bench.random_gemma4 import SHAPES
 from decider.kernels import embed, embed_triton, fused, fused_triton
 from decider.kernels import qmatmul as qm
 from decider.kernels import qmatmul_tiles as tiles
@@ -157,8 +157,8 @@ def test_a_whole_gemma4_engine_call_on_the_triton_kernels_matches_the_reference(
         assert_on_the_triton_kernels_it_matches_the_reference,
     )
 
+    from decider.bench.random_gemma4 import write_gemma4
     from decider.engines import ScoreJob
-    from decider.engines.random_gemma4 import write_gemma4
     from helpers.seeds import seeded
     from helpers.tiny import VOCAB, rand_branch, rand_ids
 

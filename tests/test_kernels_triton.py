@@ -285,8 +285,8 @@ def test_whole_engine_calls_on_the_triton_kernels_match_the_reference(monkeypatc
     KV cache in chunks, label rows, the full-vocabulary logsumexp; the projections in
     gemma-3-270m's packed forms (q, k, v and gate, up joined: the fused epilogues run).
     Within the CPU path's 1e-3 of the transformers reference."""
+    from decider.bench.random_gguf import Q4_K_M, write_tiny_gemma3
     from decider.engines import ScoreJob
-    from decider.engines.random_gguf import Q4_K_M, write_tiny_gemma3
     from helpers.tiny import VOCAB, rand_branch, rand_ids
 
     path = write_tiny_gemma3(tmp_path / "m.gguf", rng, layers=2, window=16, vocab=VOCAB,

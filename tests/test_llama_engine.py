@@ -194,7 +194,7 @@ def test_the_window_is_checked_before_any_decode(model_path, fault_file):
 def test_random_weights_with_the_real_tokenizer_load_in_llama_cpp(model_path, tmp_path):
     """`decider bench --shape` writes random weights with the model's tokenizer, so the
     llama engine runs the same work as the torch engines on them."""
-    from decider.engines.random_gguf import T, write_tiny_gemma3
+    from decider.bench.random_gguf import T, write_tiny_gemma3
 
     path = write_tiny_gemma3(tmp_path / "r.gguf", np.random.default_rng(0), layers=2,
                              hidden=64, heads=2, kv_heads=1, head_dim=32, ffn=128,
@@ -217,7 +217,7 @@ def test_random_weights_with_the_real_tokenizer_load_in_llama_cpp(model_path, tm
 def test_random_weights_with_a_made_up_vocabulary_load_in_llama_cpp(tmp_path):
     """Where the model is absent, `decider bench --shape` gives the random weights a
     synthetic vocabulary: llama.cpp loads it, and both engines read text the same way."""
-    from decider.engines.random_gguf import write_tiny_gemma3
+    from decider.bench.random_gguf import write_tiny_gemma3
 
     path = write_tiny_gemma3(tmp_path / "v.gguf", np.random.default_rng(0), vocab=600,
                              synthetic_vocab=True)
@@ -243,7 +243,7 @@ def test_engine_bench_runs_each_engine_in_its_own_process(tmp_path, capsys):
     """`decider bench --engines`: the same jobs through each engine, each in a fresh
     process; an engine that fails is reported and the others still make the table."""
     from decider.bench.engines import run_engine_bench
-    from decider.engines.random_gguf import write_tiny_gemma3
+    from decider.bench.random_gguf import write_tiny_gemma3
 
     path = write_tiny_gemma3(tmp_path / "b.gguf", np.random.default_rng(0), vocab=600,
                              synthetic_vocab=True)

@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 
 ll = pytest.importorskip("llama_cpp")
-from decider.engines import Branch, ScoreJob, load_engine  # noqa: E402
-from decider.engines.llama_lib import captured_log, kv_caches  # noqa: E402
-from decider.engines.random_gemma4 import (  # noqa: E402
+from decider.bench.random_gemma4 import (  # noqa: E402
     MIXED,
     QAT_Q4_0,
     T,
@@ -21,6 +19,8 @@ from decider.engines.random_gemma4 import (  # noqa: E402
     layer_kinds,
     write_gemma4,
 )
+from decider.engines import Branch, ScoreJob, load_engine  # noqa: E402
+from decider.engines.llama_lib import captured_log, kv_caches  # noqa: E402
 from decider.errors import ConfigError  # noqa: E402
 from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW  # noqa: E402
 from helpers.plain_llama import plain_llama, plain_rows  # noqa: E402

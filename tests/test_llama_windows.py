@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from decider.bench.random_gguf import Q4_K_M, T, write_tiny_gemma3
 from decider.engines import Branch, ScoreJob, label_trie, load_engine
 from decider.engines.base import trie_leaves
 from decider.engines.llama_layout import Decode, shared_groups, shared_steps
-from decider.engines.random_gguf import Q4_K_M, T, write_tiny_gemma3
 from helpers.plain_llama import PlainContext
 
 WINDOW, N_BATCH, N_CTX, VOCAB = 64, 64, 1024, 600

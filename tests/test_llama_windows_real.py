@@ -1,5 +1,5 @@
 """The real gemma-3-270m through the llama.cpp engine as it is loaded by default (n_ctx
-8192, four branch sequences, flash attention on): every prompt length around the 512-token
+8192, eight label paths a decode, flash attention on): every prompt length around the 512-token
 window's multiples up to n_ctx is answered, with p_yes within the engine's tolerance of a
 plain one-sequence decode of the same tokens (slow: about 420,000 prompt tokens on the
 CPU), a choice of many labels gives the logits of plain decodes in the same batches, and
@@ -21,7 +21,7 @@ from decider.scoring import build_candidates
 from helpers.plain_llama import PlainContext
 from helpers.real_prompts import words
 
-N_CTX, WINDOW, N_BATCH, N_PARALLEL = 8192, 512, 512, 4
+N_CTX, WINDOW, N_BATCH, N_PARALLEL = 8192, 512, 512, 8
 # flash attention's fp16 sums against exact ones, on this base model and these texts
 # (docs/design.md): yes/no measured up to 0.083 (prefix 3,073), so 0.12; the four-way
 # choice of multi-token labels moves more (up to 0.147, at its answer position already),
@@ -167,7 +167,7 @@ def test_a_many_label_choice_gives_the_logits_of_plain_passes(model_path, rng, p
 def test_the_kv_memory_is_the_bounded_sliding_window_arithmetic(engine, model_path, n_ctx):
     e = engine if n_ctx == N_CTX else load_engine("llama", model_path, n_ctx)
     try:
-        swa_cells = WINDOW * (1 + N_PARALLEL) + N_BATCH  # 3072, already a multiple of 256
+        swa_cells = WINDOW * (1 + N_PARALLEL) + N_BATCH  # 5120, already a multiple of 256
         full = 3 * n_ctx * KIB  # 3 full-attention layers, one cell per position
         sliding = 15 * swa_cells * KIB  # 15 sliding layers, whatever n_ctx is
         assert [c for _, c, _ in e.kv_caches] == [n_ctx, swa_cells]

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+from decider.bench.random_gguf import T, write_tiny_gemma3
 from decider.engines import Branch, ScoreJob, load_engine
-from decider.engines.random_gguf import T, write_tiny_gemma3
 from decider.errors import (
     ActivationOverflow,
     ConfigError,

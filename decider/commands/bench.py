@@ -44,8 +44,8 @@ def bench_model_path(args: argparse.Namespace) -> str:
     entry = catalog.get(args.model or catalog.default)
     if not args.shape:
         return str(catalog.locate(entry))
-    from decider.engines import random_gemma4
-    from decider.engines.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
+    from decider.bench import random_gemma4
+    from decider.bench.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 
     if args.shape not in (*SHAPES, *random_gemma4.SHAPES):
         raise InvalidRequest([FieldViolation("--shape", f"one of {', '.join(SHAPES)}, "

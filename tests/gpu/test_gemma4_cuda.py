@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from decider.bench.random_gemma4 import write_gemma4
 from decider.engines import load_engine
-from decider.engines.random_gemma4 import write_gemma4
 from helpers.gemma4_models import CONFIGS, VOCAB, WINDOW, write_checkpoint
 from helpers.seeds import seeded
 from helpers.yes_no_jobs import NEAR_TIE, P_TOL, jobs, p_yes

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from decider.bench.random_gguf import write_tiny_gemma3
 from decider.engines import Branch, ScoreJob, load_engine
 from decider.engines.cuda_graphs import LARGEST
 from decider.engines.passes import lay_out
-from decider.engines.random_gguf import write_tiny_gemma3
 from decider.engines.triton_engine import N_BATCH
 from helpers.seeds import seeded
 from helpers.tiny import VOCAB, WINDOW

@@ -1,5 +1,5 @@
 """Tiny random Gemma 4 text models for the tests, each switching on some of the ways
-Gemma 4 differs from Gemma 3, as GGUF files (engines/random_gemma4.py) and as
+Gemma 4 differs from Gemma 3, as GGUF files (decider/bench/random_gemma4.py) and as
 compressed-tensors W4A16 checkpoints in Google's QAT layout (written by transformers and
 compressed-tensors themselves). Every layout follows llama.cpp's KV donors (the last two
 non-shared layers sliding, then full), so llama.cpp loads the same files."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from decider.engines.random_gemma4 import QAT_Q4_0, layer_kinds
+from decider.bench.random_gemma4 import QAT_Q4_0, layer_kinds
 
 VOCAB, WINDOW = 384, 16
 CONFIGS = {
@@ -74,7 +74,7 @@ def write_checkpoint(path, spec: dict, rng: np.random.Generator, *, ple_4bit: bo
         for name, p in model.named_parameters():
             d = p.shape[0]
             if name.endswith(("q_norm.weight", "k_norm.weight")):
-                p.normal_(1, 0.3).mul_(d ** -0.25)  # as engines/random_gemma4.py draws them
+                p.normal_(1, 0.3).mul_(d ** -0.25)  # as decider/bench/random_gemma4.py draws them
             elif "norm" in name:
                 p.normal_(1, 0.3)
             else:
