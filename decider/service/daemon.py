@@ -12,12 +12,12 @@ Whatever starts or swaps an engine runs in one task, `_supervise`, one thing at 
 SIGHUPs in quick succession are coalesced into reloads in turn (never two engines loading
 side by side), an engine's end while a reload loads is settled by that reload. Every
 engine process ever started is tracked until it is gone, so a stop leaves none behind.
-`_monitor` pings the engines: one silent past `engine_call_limit_seconds` (no chunk of a
-call done, no answer between calls) is hung, killed, and replaced like a dead one. A
-replacement that cannot load, or more than MAX_REPLACEMENTS within REPLACEMENT_WINDOW
-seconds, ends the daemon with exit code 1 for systemd to restart. The listeners are bound
-before the first load, so health answers (NOT_SERVING) while it loads, and nothing that
-loads runs on the event loop. systemd sees one service: this process."""
+An engine silent past `engine_call_limit_seconds` is hung (liveness.py): killed, and
+replaced like a dead one. A replacement that cannot load, or more than MAX_REPLACEMENTS
+within REPLACEMENT_WINDOW seconds, ends the daemon with exit code 1 for systemd to
+restart. The listeners are bound before the first load, so health answers (NOT_SERVING)
+while it loads, and nothing that loads runs on the event loop. systemd sees one service:
+this process."""
 
 from __future__ import annotations
 
@@ -35,12 +35,13 @@ from pathlib import Path
 import structlog
 
 from ..config import Config
-from ..errors import EngineDied, EngineHung
+from ..errors import EngineDied
 from ..logs import configure
 from .engine_loop import EXIT_ENGINE_FAILED
 from .engine_process import EngineProcess
 from .frontend import ServedModel
 from .listeners import check_listeners, claim_addresses
+from .liveness import feed_the_watchdog, kill_the_hung
 from .messages import Down, Serve, Stop, WireError
 from .metrics import Metrics, process_ended
 from .servers import Servers
@@ -50,7 +51,6 @@ from .workers import FrontendWorker
 log = structlog.get_logger("decider.server")
 
 MAX_REPLACEMENTS, REPLACEMENT_WINDOW = 3, 60.0  # engines replaced in a row before giving up
-PING_SECONDS = 1.0  # how often the engines are asked for a sign of life
 
 
 class Life(enum.Enum):
@@ -108,10 +108,12 @@ class Daemon:
         metrics_port = None
         if self.cfg.server.metrics_port is not None:
             metrics_port = self.metrics.serve(self.cfg.server.metrics_port)
+        limit = lambda: self.cfg.server.engine_call_limit_seconds  # noqa: E731 - reloadable
         self._life_tasks += [asyncio.create_task(self._supervise()),
-                             asyncio.create_task(self._monitor())]
+                             asyncio.create_task(kill_the_hung(self.engines, limit))]
         if self.notifier.watchdog_seconds:
-            self._life_tasks.append(asyncio.create_task(self._watchdog()))
+            self._life_tasks.append(asyncio.create_task(
+                feed_the_watchdog(self.notifier, self._down_for, limit)))
         await self._become(Life.SERVING)
         facts = served.facts
         self.notifier.ready(f"serving {facts.name} on {', '.join(self.cfg.server.listen)}")
@@ -156,6 +158,10 @@ class Daemon:
         await self.servers.set_health(serving)
         if status:
             self.notifier.status(status)
+
+    def _down_for(self) -> float:
+        """Seconds since an engine last served; 0 while one serves."""
+        return time.monotonic() - self.down_since if self.down_since else 0.0
 
     def _tell_workers(self, message: Serve | Down | Stop) -> None:
         for worker in self.workers:
@@ -242,18 +248,6 @@ class Daemon:
         await self._become(Life.ENGINE_DOWN, f"replacing the engine after {reason}")
         self._wake.set()
 
-    async def _monitor(self) -> None:
-        """Asks every engine for a sign of life; kills one silent past its limit."""
-        while True:
-            await asyncio.sleep(PING_SECONDS)
-            limit = self.cfg.server.engine_call_limit_seconds
-            for engine in list(self.engines):
-                silent = engine.silence(time.monotonic())
-                if silent > limit:
-                    log.error("the engine made no progress past its limit; killing it",
-                              pid=engine.pid, seconds=round(silent, 1), limit=limit)
-                    engine.kill(EngineHung(silent, limit))
-
     async def _watch_worker(self, worker: FrontendWorker) -> None:
         """A front-end process that ends unasked ends the service: systemd restarts it
         whole, so that its share of the listeners comes back."""
@@ -265,20 +259,6 @@ class Daemon:
         log.critical(f"{why}; exiting for the service manager to restart", **fields)
         self.exit_code = 1
         self.stopped.set()
-
-    async def _watchdog(self) -> None:
-        """WATCHDOG=1 at half the period while this loop runs, unless no engine has
-        served for longer than an engine may stay silent: then systemd restarts the
-        service (a replacement that never finishes loading, say)."""
-        while True:
-            limit = self.cfg.server.engine_call_limit_seconds
-            down = time.monotonic() - self.down_since if self.down_since else 0.0
-            if down < limit:
-                self.notifier.watchdog()
-            else:
-                log.error("no engine has served past its limit; withholding the watchdog",
-                          seconds=round(down, 1), limit=limit)
-            await asyncio.sleep(self.notifier.watchdog_seconds / 2)
 
     # -- stop ---------------------------------------------------------------------------
 
