@@ -43,6 +43,11 @@ def long_labels(n: int) -> list[str]:
     return [f"{i} {words(9, seed=i)}" for i in range(n)]
 
 
+def mixed_labels(n: int) -> list[str]:
+    """Words of one token each, then labels of several ("label40"), n in all."""
+    return POOL + [f"label{i}" for i in range(len(POOL), n)]
+
+
 Build = Callable[[int], Request]
 
 # name: (what the size counts, the request of that size, the largest size tried)
@@ -51,6 +56,8 @@ SHAPES: dict[str, tuple[str, Build, int]] = {
                20000),
     "choice, 255 labels label0..": ("words", lambda n: Request(words(n), (
         Choice("Topic?", [f"label{i}" for i in range(255)]),)), 20000),
+    "choice, 255 mixed labels": ("words", lambda n: Request(words(n), (
+        Choice("Topic?", mixed_labels(255)),)), 20000),
     "choice, 256 labels label0..": ("words", lambda n: Request(words(n), (
         Choice("Topic?", [f"label{i}" for i in range(256)]),)), 20000),
     "choice, 256 labels topic 0..": ("words", lambda n: Request(words(n), (
