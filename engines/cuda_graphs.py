@@ -14,7 +14,7 @@ whose later layers compute only those tokens (Gemma 4's KV-shared layers) does t
 inside the graph; one that prunes nothing gathers them at the end, with a room of the
 whole size. A pruning model's sizes are captured twice: with a room of n / ROW_SHARE
 rows, and for the head graphs' passes with HEAD_ROWS (those layers' matmuls cost with
-the rows they compute: docs/benchmarks.md, Gemma 4).
+the rows they compute: docs/experiments.md, Gemma 4).
 
 A call of one pass with few answer rows and label rows (a handful of questions about one
 text, the latency case) also runs its head from a graph: the hidden states at up to

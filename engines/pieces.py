@@ -1,6 +1,6 @@
 """Plain-text tokenization of a SentencePiece vocabulary, piece by piece, with the pieces
 cached: llama.cpp's tokenizer on a whole text costs a front end more than the rest of
-planning a request (docs/benchmarks.md), and texts are mostly words seen before.
+planning a request (docs/experiments.md), and texts are mostly words seen before.
 
 Why it is exact: SentencePiece merges adjacent symbols into tokens of the vocabulary, and
 llama.cpp spells a space as `▁` before merging. A text cut just before a run of spaces

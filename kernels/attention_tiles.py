@@ -1,5 +1,5 @@
 """Which tiles the prefill attention kernel (attention_triton.py) takes for a pass: from
-the H200 sweeps of scripts/bench_kernels.py (docs/benchmarks.md)."""
+the H200 sweeps of scripts/bench_kernels.py (docs/experiments.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def choose(rows: int, block_d: int, dtype: torch.dtype, full: bool) -> Blocks:
     -> 5.8), 64 rows against 32-key blocks up to 8192, and past that 128 rows on 8 warps against
     64-key blocks, which read each key block for twice the queries (on one causal sequence of
     4096-8192 tokens 16-24% less time than the best 64-row tile, 8-10% less on sliding layers;
-    docs/benchmarks.md). Full attention over the pass's own keys (one long causal sequence: the
+    docs/experiments.md). Full attention over the pass's own keys (one long causal sequence: the
     last query blocks read every key) splits a long block's keys from 2048 to 16384 rows: one
     causal sequence of 1000 tokens 42.5 -> 24.4 us, of 2000 61.2 -> 38.7, of 4000 137.8 -> 98.3.
     fp32 tiles are twice the bytes: half the keys, eight warps and two stages keep them in

@@ -155,7 +155,7 @@ NORM_SWEPT = 2048  # the widest row (a power of two) the norms' tiles were swept
 def _norm_tile(t: int, block: int) -> tuple[int, int]:
     """(token rows per program, warps) for norms of t rows of the hidden size padded to
     `block`. Rows wider than NORM_SWEPT take warps in proportion (at most 16) and at most
-    32 of a row's values a thread: more spill registers (docs/benchmarks.md, 31B's
+    32 of a row's values a thread: more spill registers (docs/experiments.md, 31B's
     norms)."""
     rows, warps = (1, 2) if t <= 256 else (2, 4) if t <= 1024 else (4, 4)
     if block > NORM_SWEPT:

@@ -1,5 +1,5 @@
 """Which tiles the packed matmul takes for a given shape (the H200 sweeps of
-scripts/bench_kernels.py, docs/benchmarks.md), and from how many rows a weight is
+scripts/bench_kernels.py, docs/experiments.md), and from how many rows a weight is
 multiplied dequantized instead (LARGE_M: cuBLAS on a copy wins once arithmetic, not the
 weight read, is the cost)."""
 
@@ -11,7 +11,7 @@ import triton
 from . import arrivals
 from .qweight import QWeight
 
-LARGE_M = 256  # rows from which dequantize (made ahead) + cuBLAS wins (docs/benchmarks.md)
+LARGE_M = 256  # rows from which dequantize (made ahead) + cuBLAS wins (docs/experiments.md)
 # ... for weights up to this many elements: 31B's gate/up (231M) is one, a vocabulary's
 # head (403M and more) is not; a copy is at most 512 MiB in fp16
 LARGE_W = 1 << 28
@@ -61,7 +61,7 @@ def k_tile(k: int, group: int) -> int:
 
 def choose(m: int, n: int, k: int, group: int, bits: int, itemsize: int = 2) -> Blocks:
     """Tiles for M rows (below LARGE_M; past it cuBLAS takes over), from the H200 sweep of
-    scripts/bench_kernels.py on Gemma 3 270M shapes in CUDA graphs (docs/benchmarks.md):
+    scripts/bench_kernels.py on Gemma 3 270M shapes in CUDA graphs (docs/experiments.md):
     wide K tiles (few loop trips, each of which waits on memory: up to 128 bytes of codes
     a row), M tiles of half the rows up to 128 (64 for a weight of few rows, 32 where
     split-K already makes programs enough), narrow N tiles for few rows (programs enough

@@ -3,7 +3,7 @@ kernels, the contract of qmatmul.py, on the tiles of qmatmul_tiles.py.
 
 From LARGE_M rows (a pass of a few hundred tokens or more) the arithmetic, not the weight
 read, is the cost, and cuBLAS on a bf16 copy beats the fused kernel even after paying for
-the copy (measured on the H200, docs/benchmarks.md): a layer's weight is then dequantized
+the copy (measured on the H200, docs/experiments.md): a layer's weight is then dequantized
 by one kernel into a buffer (by the engine ahead of the layer, engines/dense_weights.py,
 or here when none is given), and stays packed at rest. The fused gate/up projection
 reads that buffer with the packed matmul's own kernel instead (in DENSE_GELU_ROWS), for

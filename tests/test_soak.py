@@ -5,7 +5,7 @@ none lost, none answered with another request's numbers, no leak of memory or fd
 decider.bench.faults' operator's day.
 
 The full soak (64 clients, 10 minutes, 5% bounds) is `python -m decider.bench.soak
---model tiny.gguf`; docs/benchmarks.md "Soak (CPU)" has its numbers."""
+--model tiny.gguf`; docs/benchmarks.md, "Soak", has its numbers."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ its own (what `decider bench --server http://...` prints).
     rows = asyncio.run(http_load("http://127.0.0.1:8080", body, clients=(1, 16)))
 
 aiohttp, not httpx2: httpx2's client costs more per request than the server does
-(docs/benchmarks.md), and a bench should measure the server.
+(docs/experiments.md), and a bench should measure the server.
 """
 
 from __future__ import annotations

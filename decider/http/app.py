@@ -94,7 +94,7 @@ def _bad_body(request: Request, exc: BadBody) -> Response:
 
 class _Direct(APIRoute):
     """Endpoints take the Request and return a Response, without FastAPI's dependency
-    injection (it cost more than the rest of a decision's HTTP work, docs/benchmarks.md);
+    injection (it cost more than the rest of a decision's HTTP work, docs/experiments.md);
     the route still describes itself in the OpenAPI document."""
 
     def get_route_handler(self):
