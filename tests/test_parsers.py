@@ -99,7 +99,7 @@ def test_a_request_as_json_data(data):
 # -- protobuf ------------------------------------------------------------------------------
 
 pb = pytest.importorskip("decider.v1.decider_pb2")
-from decider.service.convert import request_from_proto  # noqa: E402  (read-only use of the service's)
+from decider.service.convert import request_from_proto  # noqa: E402 - the service's parser
 
 wire_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40)
 pb_labels = st.lists(st.builds(pb.Label, name=wire_text, description=wire_text), max_size=5)
