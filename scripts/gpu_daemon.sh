@@ -63,7 +63,7 @@ import asyncio, sys, time
 import grpc
 from decider.bench.daemon import requests
 from decider.v1 import decider_pb2_grpc as pb_grpc
-from decider.wire import request_to_proto
+from decider.service.convert import request_to_proto
 async def main():
     async with grpc.aio.insecure_channel(sys.argv[1]) as ch:
         stub = pb_grpc.DeciderStub(ch)
