@@ -113,13 +113,17 @@ echo "configuration reloaded (journal)"
 wait_active
 
 say "a hung engine: the daemon replaces it, the service stays active"
+# counted, not grepped: the rootfs, and its journal, outlive a run
+replaced() { in_ns journalctl -u decider --no-pager -o cat | grep -c '"engine replaced"' || true; }
+before=$(replaced)
 in_ns sh -c 'echo hang:60 > /run/decider/fault'
 in_ns timeout 20 /opt/decider/.venv/bin/decider run gemma-3-270m "text" -q "ok?" \
   --server unix:///run/decider/decider.sock 2>&1 | tail -1 || true
 for _ in $(seq 60); do
-  in_ns journalctl -u decider --no-pager -o cat | grep -q '"engine replaced"' && break
+  [ "$(replaced)" -gt "$before" ] && break
   sleep 1
 done
+[ "$(replaced)" -gt "$before" ] || { echo "the hung engine was not replaced"; exit 1; }
 in_ns journalctl -u decider --no-pager -o cat | grep -E '"engine replaced"|no progress' | tail -2
 [ "$(in_ns systemctl show decider -p MainPID --value)" = "$main1" ] || {
   echo "the service restarted; the daemon should have replaced its engine"; exit 1; }
