@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from decider.catalog import Catalog
-from helpers.daemon import DECIDER
+from helpers.command import DECIDER
 from helpers.seeds import RUN_SEED, seeded
 
 # Without CUDA the Triton kernels' tests run in the interpreter (tests/helpers/interpreted.py),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.daemon import DECIDER
+from helpers.command import DECIDER
 
 
 def tiny_shape(monkeypatch, vocab: int) -> None:

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -19,9 +18,7 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
-# `decider` as a process: -P keeps the checkout's directory off sys.path, where its
-# kernels/ would shadow the `kernels` package that transformers imports
-DECIDER = (sys.executable, "-P", "-m", "decider")
+from helpers.command import DECIDER
 
 
 @dataclass
