@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 extras=llama
 case "${1:-}" in
-  --test) extras=llama,gpu,test ;;
+  --test) extras=llama,gpu,calibrate,test ;;
   "") ;;
   *) echo "usage: scripts/setup.sh [--test]" >&2; exit 2 ;;
 esac
