@@ -12,20 +12,23 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import structlog
 
 from decider.engines import Engine, load_engine
 
 from .answers import Decision, Usage
+from .calibration import Calibration
 from .catalog import Catalog, ModelEntry
 from .engine_choice import choose_engine
 from .errors import DeciderError
 from .guard import LogitsGuard, guarded_score
 from .logs import default_to_stderr
 from .plan import Plan, Planner, check_work
-from .prompts import FORMATS
-from .questions import Limits, Question, Request
+from .prompts import prompt_format
+from .questions import Limits, Question, Request, Scored
 
 log = structlog.get_logger("decider")
 
@@ -39,6 +42,7 @@ class Decider:
         n_ctx: int | None = None,
         limits: Limits = Limits(),
         catalog: Catalog | None = None,
+        calibration: str | Path | Calibration | None = None,
         **engine_options,
     ) -> None:
         default_to_stderr()
@@ -56,8 +60,11 @@ class Decider:
             **engine_options,
         )
         info = self.engine.info
-        self.planner = Planner(self.engine.tokenize, FORMATS[self.entry.prompt_format],
-                               info.bos_id, info.n_ctx, limits)
+        fmt = prompt_format(self.entry.prompt_format, info.chat_template, self.engine.tokenize)
+        self.planner = Planner(self.engine.tokenize, fmt, info.bos_id, info.n_ctx, limits,
+                               add_bos=info.add_bos)
+        if calibration is not None:
+            self.use_calibration(calibration)
         self.guard = LogitsGuard(info.sentinel)
         self._call_lock = threading.Lock()  # one guarded call at a time: the guard's order
         log.info("model loaded", model=info.model_name, engine=self.engine.name,
@@ -67,6 +74,25 @@ class Decider:
     def model_sha256(self) -> str:
         """What answers carry as the model's provenance (hashed once per file)."""
         return self.catalog.digest(self.entry)
+
+    @property
+    def template_version(self) -> str:
+        """What answers carry as the prompt template's version (with a model's own chat
+        template, its sha256)."""
+        return self.planner.format.version
+
+    def use_calibration(self, calibration: str | Path | Calibration | None) -> None:
+        """Apply a calibration (a file or one in hand) to every later answer; None: none.
+        One made for another model file or prompt template is refused."""
+        if calibration is not None and not isinstance(calibration, Calibration):
+            calibration = Calibration.load(calibration)
+        if calibration is not None:
+            calibration.check(self.model_sha256, self.template_version)
+        self.planner = replace(self.planner, calibration=calibration)
+
+    @property
+    def calibration(self) -> Calibration | None:
+        return self.planner.calibration
 
     @property
     def n_ctx(self) -> int:
@@ -93,6 +119,16 @@ class Decider:
         """Answer several requests in one engine call. A request that is invalid or over
         the window gets its own error, as does one whose activations overflow (the others
         are then answered again, each alone); an engine failure raises for all of them."""
+        return [self.read(plan, results) for plan, results in self._score(requests)]
+
+    def branch_scores(self, requests: Sequence[Request]
+                      ) -> list[list[list[Scored]] | DeciderError]:
+        """The model's own probabilities for each request, per question, per branch: what
+        `decider calibrate` fits on (no calibration, no abstention)."""
+        return [results if isinstance(results, DeciderError) else plan.scored(results)
+                for plan, results in self._score(requests)]
+
+    def _score(self, requests: Sequence[Request]) -> list[tuple[Plan | None, object]]:
         plans: list[Plan | DeciderError] = []
         for request in requests:
             try:
@@ -103,8 +139,7 @@ class Decider:
         if ready:
             with self._call_lock:
                 scored = iter(guarded_score(self.engine, self.guard, [p.job for p in ready]))
-        return [p if isinstance(p, DeciderError) else self.read(p, next(scored))
-                for p in plans]
+        return [(None, p) if isinstance(p, DeciderError) else (p, next(scored)) for p in plans]
 
     def plan(self, request: Request) -> Plan:
         """Validate, tokenize, window-check and cost one request (no engine pass)."""
@@ -112,7 +147,7 @@ class Decider:
         check_work(self.engine, plan.job, self.limits)
         return plan
 
-    def read(self, plan: Plan, results) -> Decision | DeciderError:
+    def read(self, plan: Plan | None, results) -> Decision | DeciderError:
         """The decision from a plan's guarded results (or the error they are)."""
         if isinstance(results, DeciderError):
             return results

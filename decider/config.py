@@ -5,7 +5,7 @@ or a bad value is refused with the file, the key and the reason, before READY=1.
                request_timeout_seconds, engine_call_limit_seconds, metrics_port,
                log_format, log_level, log_text
     [tls]      cert, key, client_ca, allow_insecure_tcp
-    [model]    name, engine, n_ctx, threads, gpu_layers, gpu, dtype
+    [model]    name, engine, n_ctx, threads, gpu_layers, gpu, dtype, calibration
     [limits]   what one request may ask (decider.questions.Limits): max_text_bytes,
                max_questions, max_labels, max_question_chars, max_label_chars,
                max_description_chars, max_instructions_chars, max_work_tokens
@@ -68,6 +68,7 @@ class ModelSection:
     gpu_layers: int = 0  # layers offloaded to the GPU by llama.cpp (-1: all)
     gpu: str = ""  # CUDA device(s) to use, as CUDA_VISIBLE_DEVICES takes them
     dtype: str = ""  # activations of the triton and reference engines; "": the engine's
+    calibration: str = ""  # a `decider calibrate` file applied to every answer; "": none
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,7 @@ FLAGS = {"listen": "server.listen", "max_queue": "server.max_queue",
          "tls_client_ca": "tls.client_ca", "allow_insecure_tcp": "tls.allow_insecure_tcp",
          "model": "model.name", "engine": "model.engine", "n_ctx": "model.n_ctx",
          "threads": "model.threads", "dtype": "model.dtype",
+         "calibration": "model.calibration",
          "max_work_tokens": "limits.max_work_tokens", "http": "http.address"}
 
 

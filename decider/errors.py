@@ -82,6 +82,17 @@ class ConfigError(DeciderError):
     reason = "INVALID_CONFIG"
 
 
+class CalibrationMismatch(ConfigError):
+    """A calibration fitted for another model file or another prompt template."""
+
+    reason = "CALIBRATION_MISMATCH"
+
+    def __init__(self, origin: str, what: str, fitted: str, loaded: str) -> None:
+        super().__init__(f"the calibration {origin} was fitted for {what} {fitted}, not the "
+                         f"loaded {loaded}: calibrate again on this model", fitted=fitted,
+                         loaded=loaded)
+
+
 class ModelNotFound(DeciderError):
     kind = "not_found"
     reason = "MODEL_NOT_FOUND"

@@ -7,14 +7,16 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from decider.engines.base import Branch, BranchResult, Engine, ScoreJob
 
+from .calibration import Calibration
 from .errors import FieldViolation, InvalidRequest, PromptTooLong, WorkTooLarge
 from .prompts import Piece, PromptFormat
 from .questions import Answer, Limits, Question, Request, Scored
 from .scoring import Candidates, answer_log_probs, build_candidates, label_mass, logsumexp
+from .trust import judged_answer
 
 Tokenize = Callable[..., list[int]]  # (text, special=False): the engine's tokenize
 
@@ -30,6 +32,7 @@ class Plan:
     job: ScoreJob
     questions: tuple[Question, ...]
     keys: tuple[tuple[_BranchKey, ...], ...]  # per question, per branch (job order)
+    calibration: Calibration | None = None
 
     @property
     def window_tokens(self) -> int:
@@ -41,9 +44,13 @@ class Plan:
 
     def read(self, results: Sequence[BranchResult]) -> tuple[Answer, ...]:
         """Typed answers from the engine's (already guarded) results for this job."""
+        return tuple(judged_answer(q, scored, self.calibration)
+                     for q, scored in zip(self.questions, self.scored(results)))
+
+    def scored(self, results: Sequence[BranchResult]) -> list[list[Scored]]:
+        """Each question's branches read: the model's own probabilities, uncalibrated."""
         it = iter(results)
-        return tuple(q.answer([_scored(k, r) for k, r in zip(keys, it)])
-                     for q, keys in zip(self.questions, self.keys))
+        return [[_scored(k, r) for k, r in zip(keys, it)] for keys in self.keys]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,8 @@ class Planner:
     bos_id: int
     n_ctx: int
     limits: Limits = Limits()
+    add_bos: bool = True  # the model's tokenizer puts bos_id first (EngineInfo.add_bos)
+    calibration: Calibration | None = None  # checked against the model by whoever loads it
     short: Tokenize = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -66,7 +75,9 @@ class Planner:
 
     def plan(self, request: Request) -> Plan:
         request.validate(self.limits)
-        plan = build_plan(request, self.format, self.tokenize, self.bos_id, self.short)
+        plan = build_plan(request, self.format, self.tokenize,
+                          self.bos_id if self.add_bos else None, self.short)
+        plan = replace(plan, calibration=self.calibration)
         if plan.window_tokens > self.n_ctx:
             raise PromptTooLong(plan.window_tokens, self.n_ctx)
         return plan
@@ -84,14 +95,17 @@ def check_work(engine: Engine, job: ScoreJob, limits: Limits) -> None:
         raise WorkTooLarge(work, limits.max_work_tokens)
 
 
-def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int,
+def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int | None,
                short: Tokenize | None = None) -> Plan:
-    """short: the tokenizer for everything but the prefix's text and instructions, where
-    a cached one saves the recurring pieces' tokenization (the template's markers too)."""
+    """bos: the token the model's prompts begin with (None: its tokenizer adds none), placed
+    unless the template's own head already begins with it. short: the tokenizer for
+    everything but the prefix's text and instructions, where a cached one saves the
+    recurring pieces' tokenization (the template's markers too)."""
     short = short or tokenize
     _refuse_control_labels(request, short)
-    prefix = (bos, *_tokens(fmt.render_prefix(request.text, request.instructions), tokenize,
-                            short))
+    prefix = _tokens(fmt.render_prefix(request.text, request.instructions), tokenize, short)
+    if bos is not None and prefix[:1] != (bos,):
+        prefix = (bos, *prefix)
     end = _tokens(fmt.render_end(), short)
     branches, keys = [], []
     for q in request.questions:

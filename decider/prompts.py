@@ -7,21 +7,26 @@ order (sorted by name) so an answer never depends on the order the labels were g
 scale levels keep their order, which is their meaning.
 
 A rendered prompt is a sequence of pieces: the template's own markers (every `<...>` in a
-format's template strings, such as `<start_of_turn>`), tokenized with special tokens
-parsed, and text, tokenized as plain text. Text is the template's words and the user's
-fields together (text, instructions, questions, labels, descriptions), so markup in a
-ticket stays text and never opens a turn.
+format's template strings, such as `<start_of_turn>`; in a format built from the model's
+own chat template, all that template renders: decider/chat_template.py), tokenized with
+special tokens parsed, and text, tokenized as plain text. Text is the template's words
+and the user's fields together (text, instructions, questions, labels, descriptions), so
+markup in a ticket stays text and never opens a turn.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .engines.base import ChatTemplate
 
 TEMPLATE_VERSION = "1"  # bump whenever any format's text changes: answers move with it
+CHAT_TEMPLATE = "chat-template"  # the format built from the model's own chat template
 
 YES, NO = "yes", "no"
 
@@ -58,6 +63,11 @@ class PromptFormat:
     suffix: str  # with {body}: the question and its options
     answer_space: bool  # the answer follows a space (" yes") rather than a line start
     answer_end: str  # what follows an answer; ends a label that prefixes another
+
+    @property
+    def version(self) -> str:
+        """What answers carry as the template version (a calibration is tied to it)."""
+        return TEMPLATE_VERSION
 
     def render_prefix(self, text: str, instructions: str) -> tuple[Piece, ...]:
         head = f"{instructions.strip()}\n\n" if instructions.strip() else ""
@@ -107,6 +117,20 @@ FORMATS = {
         answer_end="<turn|>",
     ),
 }
+
+
+FORMAT_NAMES = (*FORMATS, CHAT_TEMPLATE)
+
+
+def prompt_format(name: str, template: ChatTemplate | None = None,
+                  tokenize: Callable[..., list[int]] | None = None) -> PromptFormat:
+    """The format called `name`: a hand-written one, or "chat-template", built from the
+    model's own template (EngineInfo.chat_template) and tokenizer (engine.tokenize)."""
+    if name != CHAT_TEMPLATE:
+        return FORMATS[name]
+    from .chat_template import chat_format  # jinja2, only for models that need it
+
+    return chat_format(template, tokenize)
 
 
 @dataclass(frozen=True, slots=True)

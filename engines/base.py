@@ -96,6 +96,16 @@ def trie_leaves(trie: dict[Tokens, Tokens]) -> list[Tokens]:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatTemplate:
+    """A model's own chat template (Jinja source), with the texts of the special tokens
+    templates name (bos_token, eos_token): what decider/chat_template.py renders."""
+
+    source: str
+    bos_token: str = ""
+    eos_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class EngineInfo:
     model_name: str
     model_path: str
@@ -106,6 +116,9 @@ class EngineInfo:
     weights: str  # e.g. "Q4_K_M GGUF, 268M params"
     memory: dict[str, int] = field(default_factory=dict)  # bytes: weights, kv, compute
     sentinel: float | None = None  # value an unwritten row holds, when the engine poisons
+    add_bos: bool = True  # the tokenizer puts bos_id first (SmolLM2's does not: its bos_id
+    # is <|im_start|>, which its chat template places itself)
+    chat_template: ChatTemplate | None = None  # the model's own, where it carries one
 
 
 DEFAULT_N_CTX = 8192  # when neither the caller nor the catalog names a window

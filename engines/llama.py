@@ -21,6 +21,7 @@ import llama_cpp as ll
 import numpy as np
 import structlog
 
+from decider.chat_template import llama_template
 from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 
 from .base import (
@@ -102,12 +103,14 @@ class LlamaEngine:
             n_ctx_train=ll.llama_model_n_ctx_train(self._model),
             n_vocab=self._n_vocab,
             bos_id=ll.llama_vocab_bos(self._vocab),
+            add_bos=ll.llama_vocab_get_add_bos(self._vocab),
             weights=f"{desc.value.decode()} GGUF, {ll.llama_model_n_params(self._model)} params",
             memory={
                 "weights": ll.llama_model_size(self._model),
                 "kv": sum(size for size, _, _ in self.kv_caches),
             },
             sentinel=SENTINEL,
+            chat_template=llama_template(self._model),
         )
 
     def _load(self, lines, path, n_ctx, n_parallel, n_batch, n_threads, n_gpu_layers,

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from transformers.initialization import no_init_weights
 
+from decider.chat_template import stored_template
 from decider.errors import ConfigError, EngineFailure
 
 from . import reference_models
@@ -77,6 +78,7 @@ class ReferenceEngine:
                     f"{sum(w.size for w in gg.tensors.values()) / 1e6:.0f}M params",
             memory={"weights": sum(p.numel() * p.element_size()
                                    for p in self.model.parameters())},
+            chat_template=stored_template(path, gg.meta),
         )
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:

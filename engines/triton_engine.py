@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from decider.chat_template import stored_template
 from decider.errors import ActivationOverflow, ConfigError, EngineFailure, EngineOutOfMemory
 from decider.kernels.columns import columns
 
@@ -101,6 +102,7 @@ class TritonEngine:
             model_name=model_name or path.stem, model_path=str(path), n_ctx=n_ctx,
             n_ctx_train=cfg.n_ctx_train, n_vocab=cfg.vocab, bos_id=cfg.bos_id,
             weights=_summary(gg), memory=memory, sentinel=SENTINEL,
+            chat_template=stored_template(path, gg.meta),
         )
 
     # -- Engine protocol -------------------------------------------------------------

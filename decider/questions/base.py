@@ -52,22 +52,35 @@ class Scored:
     label_mass: float
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Answer:
-    """A typed answer. Every one reports label_mass: the share of the full-vocabulary
-    probability at the answer position that fell on the label tokens (low: the model is
-    not answering in label space, whatever the normalised probabilities say)."""
+    """A typed answer (its own fields: `question`, the verdict, `label_mass`). Every one
+    reports label_mass: the share of the full-vocabulary probability at the answer position
+    that fell on the label tokens (low: the model is not answering in label space, whatever
+    the normalised probabilities say). The fields below are every type's: whether its
+    probabilities passed through a calibration (then `raw` is the same answer from the
+    model's own probabilities), and whether it abstained and why (decider/trust.py)."""
 
-    __slots__ = ()
     type: ClassVar[str]
-    question: str
-    label_mass: float
+    calibrated: bool = False
+    raw: Answer | None = None
+    abstained: bool = False
+    abstain_reason: str = ""
 
     def to_dict(self) -> dict:
-        return {"type": self.type, **_json_shaped(asdict(self))}
+        """Its own fields, then every type's: `raw` holds the uncalibrated answer's own."""
+        own = _json_shaped(asdict(self))
+        trust = {name: own.pop(name) for name in TRUST_FIELDS}
+        trust["raw"] = self.raw and {k: v for k, v in self.raw.to_dict().items()
+                                     if k not in ("type", "question", *TRUST_FIELDS)}
+        return {"type": self.type, **own, **trust}
 
     def text(self) -> str:
         """The answer as the CLI prints it: the question, then the verdict."""
-        return f"{self.question}\n  {self.verdict()}"
+        said = f"{self.question}\n  {self.verdict()}"
+        if self.calibrated:
+            said += f"\n  uncalibrated: {self.raw.verdict()}"
+        return said + (f"\n  abstains: {self.abstain_reason}" if self.abstained else "")
 
     def verdict(self) -> str:
         raise NotImplementedError
@@ -81,18 +94,25 @@ class Answer:
         raise NotImplementedError
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Question:
-    """A typed question. Subclasses are frozen dataclasses with `question` first."""
+    """A typed question: subclasses are frozen dataclasses with `question` first. Every one
+    may set when its answer abstains: a confidence (the calibrated probability of the answer
+    given) below `abstain_below`, or a label mass below `min_label_mass`; unset, a
+    calibration's values hold (decider/trust.py)."""
 
-    __slots__ = ()
     type: ClassVar[str]  # its name in JSON, and its field in decider.v1's Question
     answer_type: ClassVar[type[Answer]]
-    question: str
+    abstain_below: float | None = None
+    min_label_mass: float | None = None
 
     def violations(self, at: Path, limits: Limits) -> Iterator[FieldViolation]:
         """Every fault of its own fields (`at` is its path in the request)."""
         yield from check_chars(at + ("question",), self.question, limits.max_question_chars,
                                required=True)
+        for name in ABSTAIN_FIELDS:
+            if getattr(self, name) is not None:
+                yield from check_threshold(at + (name,), getattr(self, name))
 
     def options(self) -> tuple[str, tuple[Label, ...]]:
         """The field of the labels it chooses among, and them (none for yes/no)."""
@@ -105,6 +125,11 @@ class Question:
 
     def answer(self, scored: Sequence[Scored]) -> Answer:
         """Its answer from its branches' probabilities, in the order of branches()."""
+        raise NotImplementedError
+
+    def expected(self, gold: object) -> tuple[str, ...]:
+        """The answer each branch gives when `gold` (a labelled example's answer, as JSON
+        gives it) is right; ValueError saying what `gold` should be."""
         raise NotImplementedError
 
     def fields(self) -> dict:
@@ -123,6 +148,8 @@ class Question:
         raise NotImplementedError
 
 
+TRUST_FIELDS = ("calibrated", "raw", "abstained", "abstain_reason")  # every answer's
+ABSTAIN_FIELDS = ("abstain_below", "min_label_mass")  # every type's, in JSON and protobuf
 QUESTION_TYPES: dict[str, type[Question]] = {}
 ANSWER_TYPES: dict[str, type[Answer]] = {}
 
@@ -224,6 +251,15 @@ def labels_from_json(at: Path, raw: object, bad: list[FieldViolation]) -> list[L
             bad.append(FieldViolation(at + (j,), 'must be a string or {"name", "description"}'))
             return None
     return out
+
+
+def one_of(gold: object, labels: tuple[Label, ...]) -> str:
+    """A gold answer naming one of the labels (compared without case, as answers pool)."""
+    names = {label.name.strip().casefold(): label.name for label in labels}
+    if not isinstance(gold, str) or gold.strip().casefold() not in names:
+        raise ValueError(f"the gold answer must be one of {[x.name for x in labels]}, "
+                         f"got {gold!r}")
+    return names[gold.strip().casefold()]
 
 
 def labels_to_json(labels: tuple[Label, ...]) -> list[dict]:

@@ -20,6 +20,7 @@ from .base import (
     labels_from_json,
     labels_from_proto,
     labels_to_json,
+    one_of,
     question_type,
 )
 from .confidence import peak
@@ -77,6 +78,9 @@ class Choice(Question):
         best = max(ordered, key=ordered.get)
         return ChoiceAnswer(self.question, best, peak(list(ordered.values())), ordered,
                             branch.label_mass)
+
+    def expected(self, gold: object) -> tuple[str, ...]:
+        return (one_of(gold, self.labels),)
 
     def fields(self) -> dict:
         return {"labels": labels_to_json(self.labels)}

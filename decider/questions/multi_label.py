@@ -20,6 +20,7 @@ from .base import (
     labels_from_json,
     labels_from_proto,
     labels_to_json,
+    one_of,
     question_type,
 )
 
@@ -92,6 +93,14 @@ class MultiLabel(Question):
         chosen = tuple(d.label for d in decisions if d.chosen)
         return MultiLabelAnswer(self.question, decisions, chosen, self.threshold,
                                 min(d.label_mass for d in decisions))
+
+    def expected(self, gold: object) -> tuple[str, ...]:
+        """gold: the labels that apply (a list, possibly empty)."""
+        if not isinstance(gold, list):
+            raise ValueError(f"the gold answer must be the list of labels that apply, got "
+                             f"{gold!r}")
+        chosen = {one_of(name, self.labels) for name in gold}
+        return tuple(YES if lb.name in chosen else NO for lb in canonical(self.labels))
 
     def fields(self) -> dict:
         return {"labels": labels_to_json(self.labels), "threshold": self.threshold}

@@ -4,10 +4,10 @@ limits, every fault named at its path; and the same built from JSON (the CLI's -
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ..errors import FieldViolation, InvalidRequest, Path
-from .base import QUESTION_TYPES, Limits, Question, check_chars, check_text
+from .base import ABSTAIN_FIELDS, QUESTION_TYPES, Limits, Question, check_chars, check_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,4 +77,6 @@ def _question_from_dict(at: Path, raw: object, bad: list[FieldViolation]) -> Que
     own = {f.name for f in fields(cls)} - {"question"}
     for key in sorted(set(raw) - own - {"type", "question"}):
         bad.append(FieldViolation(at + (key,), f"not a field of a {kind} question"))
-    return cls.from_fields(raw.get("question", ""), raw, at, bad)
+    question = cls.from_fields(raw.get("question", ""), raw, at, bad)
+    return question and replace(question, **{name: raw[name] for name in ABSTAIN_FIELDS
+                                              if raw.get(name) is not None})

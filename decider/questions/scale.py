@@ -18,6 +18,7 @@ from .base import (
     labels_from_json,
     labels_from_proto,
     labels_to_json,
+    one_of,
     question_type,
 )
 from .confidence import concentration
@@ -79,6 +80,9 @@ class Scale(Question):
         expected = float(sum(i * p for i, p in enumerate(ordered.values())))
         return ScaleAnswer(self.question, best, expected, ordered,
                            concentration(list(ordered.values())), branch.label_mass)
+
+    def expected(self, gold: object) -> tuple[str, ...]:
+        return (one_of(gold, self.levels),)
 
     def fields(self) -> dict:
         return {"levels": labels_to_json(self.levels)}

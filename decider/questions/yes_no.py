@@ -53,6 +53,13 @@ class YesNo(Question):
         return YesNoAnswer(self.question, p_yes, p_yes >= self.threshold, self.threshold,
                            branch.label_mass)
 
+    def expected(self, gold: object) -> tuple[str, ...]:
+        if isinstance(gold, bool):
+            return (YES if gold else NO,)
+        if isinstance(gold, str) and gold.strip().lower() in (YES, NO):
+            return (gold.strip().lower(),)
+        raise ValueError(f'the gold answer must be "yes", "no" or a boolean, got {gold!r}')
+
     def fields(self) -> dict:
         return {"threshold": self.threshold}
 

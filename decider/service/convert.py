@@ -3,6 +3,8 @@ mapping from DeciderError to a gRPC status with google.rpc details."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
@@ -11,6 +13,7 @@ from .. import __version__
 from ..answers import Decision, Outcome, Usage
 from ..errors import DeciderError, FieldViolation, InvalidRequest
 from ..questions import ANSWER_TYPES, QUESTION_TYPES, Answer, Question, Request
+from ..questions.base import ABSTAIN_FIELDS
 from ..v1 import decider_pb2 as pb
 
 DOMAIN = "decider.v1"
@@ -34,7 +37,9 @@ def question_from_proto(q: pb.Question, at: tuple) -> Question:
     if kind is None:
         raise InvalidRequest([FieldViolation(at + ("kind",), "set one of "
                                              f"{', '.join(QUESTION_TYPES)}")])
-    return QUESTION_TYPES[kind].from_proto(q.question, getattr(q, kind))
+    question = QUESTION_TYPES[kind].from_proto(q.question, getattr(q, kind))
+    return replace(question, **{name: getattr(q, name) for name in ABSTAIN_FIELDS
+                                if q.HasField(name)})
 
 
 def request_from_proto(req: pb.DecideRequest) -> Request:
@@ -45,18 +50,28 @@ def request_from_proto(req: pb.DecideRequest) -> Request:
 
 def request_to_proto(request: Request, model: str = "") -> pb.DecideRequest:
     return pb.DecideRequest(model=model, text=request.text, instructions=request.instructions,
-                            questions=[{"question": q.question, q.type: q.fields()}
+                            questions=[{"question": q.question, q.type: q.fields(),
+                                        **_set(q, ABSTAIN_FIELDS)}
                                        for q in request.questions])
+
+
+def _set(value, names: tuple[str, ...]) -> dict:
+    return {name: getattr(value, name) for name in names if getattr(value, name) is not None}
 
 
 def answer_to_proto(a: Answer) -> pb.Answer:
     return pb.Answer(question=a.question, label_mass=a.label_mass,
-                     **{a.type: a.proto_fields()})
+                     **{a.type: a.proto_fields()}, calibrated=a.calibrated,
+                     raw=a.raw and answer_to_proto(a.raw), abstained=a.abstained,
+                     abstain_reason=a.abstain_reason)
 
 
 def answer_from_proto(a: pb.Answer) -> Answer:
     kind = a.WhichOneof("kind")
-    return ANSWER_TYPES[kind].from_proto(a.question, a.label_mass, getattr(a, kind))
+    answer = ANSWER_TYPES[kind].from_proto(a.question, a.label_mass, getattr(a, kind))
+    return replace(answer, calibrated=a.calibrated,
+                   raw=answer_from_proto(a.raw) if a.HasField("raw") else None,
+                   abstained=a.abstained, abstain_reason=a.abstain_reason)
 
 
 def response_to_proto(outcome: Outcome) -> pb.DecideResponse:

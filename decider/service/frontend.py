@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..answers import Decision, Outcome, Usage
+from ..calibration import Calibration
 from ..errors import (
     FieldViolation,
     InvalidRequest,
@@ -21,7 +22,7 @@ from ..errors import (
     Unavailable,
 )
 from ..plan import Plan, Planner
-from ..prompts import FORMATS
+from ..prompts import prompt_format
 from ..questions import Limits, Request
 from .engine_client import EngineClient
 from .messages import ModelFacts
@@ -49,8 +50,11 @@ def _planner(facts: ModelFacts, limits: Limits) -> Planner:
     from ..engines.vocab import Vocab  # the model's own tokenizer, loaded vocab-only
 
     vocab = Vocab(facts.info.model_path, present=True)
-    return Planner(vocab.tokenize, FORMATS[facts.prompt_format], facts.info.bos_id,
-                   facts.info.n_ctx, limits)
+    calibration = facts.calibration and Calibration.from_json(facts.calibration)
+    info = facts.info  # its chat template too: every front end builds the engine's format
+    fmt = prompt_format(facts.prompt_format, info.chat_template, vocab.tokenize)
+    return Planner(vocab.tokenize, fmt, info.bos_id, info.n_ctx, limits,
+                   add_bos=info.add_bos, calibration=calibration)
 
 
 class Frontend:

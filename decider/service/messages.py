@@ -38,19 +38,20 @@ class ModelFacts(msgspec.Struct, frozen=True):
     engine: str
     info: EngineInfo
     sha256: str
-    prompt_format: str
+    prompt_format: str  # with info.chat_template, what a front end builds the format from
     template_version: str
+    calibration: dict | None = None  # the loaded calibration's JSON, for every front end
 
     @classmethod
     def of(cls, decider) -> ModelFacts:
         """The facts of a loaded Decider."""
-        from ..prompts import TEMPLATE_VERSION
-
         info = decider.engine.info
         mtime = Path(info.model_path).stat().st_mtime
         day = datetime.datetime.fromtimestamp(mtime, datetime.UTC).date().isoformat()
         return cls(decider.entry.name, decider.entry.description, day, decider.engine.name,
-                   info, decider.model_sha256, decider.entry.prompt_format, TEMPLATE_VERSION)
+                   info, decider.model_sha256, decider.entry.prompt_format,
+                   decider.template_version,
+                   decider.calibration and decider.calibration.to_json())
 
 
 class WireError(msgspec.Struct, array_like=True):

@@ -152,8 +152,6 @@ def to_decider(body: SystemOneRequest) -> Asked:
 def answer_here(decider, raw: bytes | str | Mapping) -> SystemOneResponse:
     """A System One request answered by an in-process Decider (the Python API and the CLI):
     the same validation, prompts and answers as over HTTP, with no queue."""
-    from ..prompts import TEMPLATE_VERSION
-
     body = parse_body(raw)
     if model_asked(body.model) not in ("", decider.entry.name):
         raise ModelNotFound(f"model {body.model!r} is not loaded here; this is "
@@ -165,4 +163,4 @@ def answer_here(decider, raw: bytes | str | Mapping) -> SystemOneResponse:
     except InvalidRequest as e:
         raise asked.bad_body(e) from None
     return asked.response(Outcome(decision, 0.0, 1000 * (time.perf_counter() - t0),
-                                  decider.model_sha256, TEMPLATE_VERSION))
+                                  decider.model_sha256, decider.template_version))

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..questions import Answer, Choice, Label, MultiLabel, Question, Scale, YesNo
 from .render import content_line, content_text
@@ -50,7 +50,17 @@ def ask(key: str, q) -> tuple[Question, Slot]:
     """The decider question for System One question `q` (asked under `key`)."""
     text = content_text(q.instructions) if q.instructions is not None else \
         ASK_BY_DEFAULT[q.type]
-    return _ASK[q.type](text, q, ("questions", key, q.type))
+    question, slot = _ASK[q.type](text, q, ("questions", key, q.type))
+    question = replace(question, abstain_below=q.x_abstain_below,
+                       min_label_mass=q.x_min_label_mass)
+    return question, replace(slot, read=_with_trust(slot.read))
+
+
+def _with_trust(read: Callable[[Answer], object]) -> Callable[[Answer], object]:
+    """A slot's reading, with every answer's calibration and abstention beside it."""
+    return lambda a: read(a).model_copy(update={
+        "x_calibrated": a.calibrated, "x_abstained": a.abstained,
+        "x_abstain_reason": a.abstain_reason})
 
 
 def _sure(text: str, name: str, description, at: tuple, locs: tuple, read):

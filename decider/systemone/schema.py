@@ -45,7 +45,19 @@ class NoulCriteria(_Strict):
     false: Content | None = Field(None, description="What counts as a no.")
 
 
-class NoulQuestion(_Strict):
+_SHARE = {"ge": 0.0, "le": 1.0}
+
+
+class _Asked(_Strict):
+    """decider's extensions every question type takes (docs/calibration.md)."""
+
+    x_abstain_below: float | None = Field(None, **_SHARE, description="decider: abstain when "
+                                          "the answer's confidence is below this.")
+    x_min_label_mass: float | None = Field(None, **_SHARE, description="decider: abstain "
+                                           "when the label mass is below this.")
+
+
+class NoulQuestion(_Asked):
     type: Literal["noul"]
     instructions: Content | None = Field(None, description="The yes/no question or statement.")
     criteria: NoulCriteria | None = None
@@ -59,7 +71,7 @@ class NoulQuestion(_Strict):
         return self
 
 
-class ChoiceQuestion(_Strict):
+class ChoiceQuestion(_Asked):
     type: Literal["choice"]
     instructions: Content | None = None
     criteria: dict[str, Content | None] = Field(
@@ -67,7 +79,7 @@ class ChoiceQuestion(_Strict):
         description="Option names and what each means (null: the name alone).")
 
 
-class ScoreQuestion(_Strict):
+class ScoreQuestion(_Asked):
     type: Literal["score"]
     instructions: Content | None = None
     criteria: list[Content] = Field(
@@ -75,7 +87,7 @@ class ScoreQuestion(_Strict):
         description="The levels, lowest first; a level's position is its score.")
 
 
-class MultiLabelQuestion(_Strict):
+class MultiLabelQuestion(_Asked):
     """decider: any of the options, each an independent yes/no."""
 
     type: Literal["x_multi_label", "decider.multi_label"]
@@ -114,13 +126,23 @@ _MASS = Field(description="decider: the share of the model's whole next-token pr
                           "space).")
 
 
-class NoulAnswer(BaseModel):
+class _Answered(BaseModel):
+    """decider's extensions every answer carries (docs/calibration.md)."""
+
+    x_calibrated: bool = Field(False, description="decider: the probabilities passed "
+                               "through the loaded calibration.")
+    x_abstained: bool = Field(False, description="decider: below the question's abstention "
+                              "settings; the answer's fields still hold the model's answer.")
+    x_abstain_reason: str = Field("", description="decider: which setting it fell below.")
+
+
+class NoulAnswer(_Answered):
     type: Literal["noul"]
     noul: float = Field(description="The probability of yes.")
     x_label_mass: float = _MASS
 
 
-class ChoiceAnswer(BaseModel):
+class ChoiceAnswer(_Answered):
     type: Literal["choice"]
     choice: str = Field(description="The most probable option.")
     confidence: float = Field(description="(n*m - 1)/(n - 1), m the chosen option's "
@@ -129,7 +151,7 @@ class ChoiceAnswer(BaseModel):
     x_label_mass: float = _MASS
 
 
-class ScoreAnswer(BaseModel):
+class ScoreAnswer(_Answered):
     type: Literal["score"]
     score: float = Field(description="The probability-weighted level, 0-based.")
     confidence: float = Field(description="1 - spread/D: the probability's mean distance "
@@ -146,7 +168,7 @@ class LabelVerdict(BaseModel):
     chosen: bool = Field(description="p >= threshold.")
 
 
-class MultiLabelAnswer(BaseModel):
+class MultiLabelAnswer(_Answered):
     """decider: each option's own yes/no."""
 
     type: Literal["x_multi_label", "decider.multi_label"] = Field(

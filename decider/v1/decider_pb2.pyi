@@ -41,18 +41,22 @@ class Scale(_message.Message):
     def __init__(self, levels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ...) -> None: ...
 
 class Question(_message.Message):
-    __slots__ = ("question", "yes_no", "choice", "multi_label", "scale")
+    __slots__ = ("question", "yes_no", "choice", "multi_label", "scale", "abstain_below", "min_label_mass")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     YES_NO_FIELD_NUMBER: _ClassVar[int]
     CHOICE_FIELD_NUMBER: _ClassVar[int]
     MULTI_LABEL_FIELD_NUMBER: _ClassVar[int]
     SCALE_FIELD_NUMBER: _ClassVar[int]
+    ABSTAIN_BELOW_FIELD_NUMBER: _ClassVar[int]
+    MIN_LABEL_MASS_FIELD_NUMBER: _ClassVar[int]
     question: str
     yes_no: YesNo
     choice: Choice
     multi_label: MultiLabel
     scale: Scale
-    def __init__(self, question: _Optional[str] = ..., yes_no: _Optional[_Union[YesNo, _Mapping]] = ..., choice: _Optional[_Union[Choice, _Mapping]] = ..., multi_label: _Optional[_Union[MultiLabel, _Mapping]] = ..., scale: _Optional[_Union[Scale, _Mapping]] = ...) -> None: ...
+    abstain_below: float
+    min_label_mass: float
+    def __init__(self, question: _Optional[str] = ..., yes_no: _Optional[_Union[YesNo, _Mapping]] = ..., choice: _Optional[_Union[Choice, _Mapping]] = ..., multi_label: _Optional[_Union[MultiLabel, _Mapping]] = ..., scale: _Optional[_Union[Scale, _Mapping]] = ..., abstain_below: _Optional[float] = ..., min_label_mass: _Optional[float] = ...) -> None: ...
 
 class DecideRequest(_message.Message):
     __slots__ = ("model", "text", "questions", "instructions")
@@ -129,20 +133,28 @@ class ScaleAnswer(_message.Message):
     def __init__(self, level: _Optional[str] = ..., expected_index: _Optional[float] = ..., probabilities: _Optional[_Iterable[_Union[LabelProbability, _Mapping]]] = ..., confidence: _Optional[float] = ...) -> None: ...
 
 class Answer(_message.Message):
-    __slots__ = ("question", "label_mass", "yes_no", "choice", "multi_label", "scale")
+    __slots__ = ("question", "label_mass", "yes_no", "choice", "multi_label", "scale", "calibrated", "raw", "abstained", "abstain_reason")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     LABEL_MASS_FIELD_NUMBER: _ClassVar[int]
     YES_NO_FIELD_NUMBER: _ClassVar[int]
     CHOICE_FIELD_NUMBER: _ClassVar[int]
     MULTI_LABEL_FIELD_NUMBER: _ClassVar[int]
     SCALE_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATED_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
+    ABSTAINED_FIELD_NUMBER: _ClassVar[int]
+    ABSTAIN_REASON_FIELD_NUMBER: _ClassVar[int]
     question: str
     label_mass: float
     yes_no: YesNoAnswer
     choice: ChoiceAnswer
     multi_label: MultiLabelAnswer
     scale: ScaleAnswer
-    def __init__(self, question: _Optional[str] = ..., label_mass: _Optional[float] = ..., yes_no: _Optional[_Union[YesNoAnswer, _Mapping]] = ..., choice: _Optional[_Union[ChoiceAnswer, _Mapping]] = ..., multi_label: _Optional[_Union[MultiLabelAnswer, _Mapping]] = ..., scale: _Optional[_Union[ScaleAnswer, _Mapping]] = ...) -> None: ...
+    calibrated: bool
+    raw: Answer
+    abstained: bool
+    abstain_reason: str
+    def __init__(self, question: _Optional[str] = ..., label_mass: _Optional[float] = ..., yes_no: _Optional[_Union[YesNoAnswer, _Mapping]] = ..., choice: _Optional[_Union[ChoiceAnswer, _Mapping]] = ..., multi_label: _Optional[_Union[MultiLabelAnswer, _Mapping]] = ..., scale: _Optional[_Union[ScaleAnswer, _Mapping]] = ..., calibrated: _Optional[bool] = ..., raw: _Optional[_Union[Answer, _Mapping]] = ..., abstained: _Optional[bool] = ..., abstain_reason: _Optional[str] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "window_tokens")

@@ -1,0 +1,115 @@
+"""Fitting one branch's adjustment (decider/calibration.py: softmax(log p / T + bias)) on
+labelled examples, the form chosen by cross-validated log loss.
+
+The forms, simplest first: none (the model's own probabilities), temperature (one
+parameter; rescales confidence, never changes the choice) and bias (the temperature and a
+bias per answer but the first: Platt scaling for yes/no, vector scaling for options;
+undoes the model's prior over the options). The bias carries a weak Gaussian prior
+(`RIDGE`), so a class absent from a fold does not drive its bias to minus infinity. The
+form with the lowest held-out log loss over `folds` folds wins (the simpler within
+`SIMPLER_WITHIN` of it: noise should not buy parameters), and is refitted on all the
+examples; its out-of-fold probabilities are returned too, for choosing an abstention
+threshold on predictions the fit never saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize
+
+from ..calibration import Adjustment
+
+FORMS = ("none", "temperature", "bias")
+SIMPLER_WITHIN = 1e-3  # nats of held-out log loss a simpler form may lose and still win
+RIDGE = 1.0  # the bias's prior: a penalty of RIDGE * sum(bias^2) / n on the mean log loss
+_TINY = 1e-300
+
+
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    adjustment: Adjustment
+    cv_log_loss: dict[str, float]  # held-out log loss of each form tried
+    held_out: np.ndarray  # out-of-fold probabilities of the chosen form (n x K)
+
+
+def log_probs(probabilities: Sequence[Sequence[float]]) -> np.ndarray:
+    return np.log(np.maximum(np.asarray(probabilities, dtype=np.float64), _TINY))
+
+
+def fit_branch(logp: np.ndarray, gold: np.ndarray, answers: Sequence[str], folds: int = 5,
+               seed: int = 0, forms: Sequence[str] = FORMS) -> Fitted:
+    """logp: the model's log-probabilities (n x K, answers in `answers` order); gold: the
+    right answer's index per example."""
+    gold = np.asarray(gold)
+    n = len(gold)
+    folds = min(folds, n)
+    fold_of = np.random.default_rng(seed).permutation(n) % folds if folds > 1 else None
+    losses, held = {}, {}
+    for form in forms:
+        if fold_of is None:
+            break
+        out = np.empty_like(logp)
+        for k in range(folds):
+            test = fold_of == k
+            params = _fit(form, logp[~test], gold[~test])
+            out[test] = _probabilities(params, logp[test])
+        held[form], losses[form] = out, _log_loss(out, gold)
+    least = min(losses.values(), default=0.0)
+    best = next((f for f in forms if f in losses and losses[f] <= least + SIMPLER_WITHIN),
+                "none")
+    a, bias = _fit(best, logp, gold)
+    adjustment = Adjustment(1.0 / a, {name: float(b) for name, b in zip(answers, bias) if b},
+                            best)
+    return Fitted(adjustment, losses, held.get(best, _probabilities((a, bias), logp)))
+
+
+def contextual(probabilities: Sequence[Sequence[float]], answers: Sequence[str]) -> Adjustment:
+    """Calibrate Before Use (Zhao et al., 2021): the model's mean answer to content-free
+    texts estimates its prior over the answers; dividing it out is a bias of -log prior."""
+    prior = np.mean(np.asarray(probabilities, dtype=np.float64), axis=0)
+    bias = -np.log(np.maximum(prior / prior.sum(), _TINY))
+    bias -= bias[0]  # only differences matter: the first answer's bias is 0
+    return Adjustment(1.0, {name: float(b) for name, b in zip(answers, bias) if b},
+                      "contextual")
+
+
+def _fit(form: str, logp: np.ndarray, gold: np.ndarray) -> tuple[float, np.ndarray]:
+    """(inverse temperature a, bias per answer) minimising the mean log loss."""
+    k = logp.shape[1]
+    if form == "none" or len(gold) == 0:
+        return 1.0, np.zeros(k)
+    n_bias = k - 1 if form == "bias" else 0
+    onehot = np.eye(k)[gold]
+    ridge = RIDGE / len(gold)
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        a, bias = np.exp(theta[0]), np.concatenate([[0.0], theta[1:]]) if n_bias else 0.0
+        z = a * logp + bias
+        z -= z.max(axis=1, keepdims=True)
+        logq = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        residual = (np.exp(logq) - onehot) / len(gold)  # d loss / d z
+        value = -np.mean(logq[np.arange(len(gold)), gold]) + ridge * np.sum(theta[1:] ** 2)
+        grad = [a * np.sum(residual * logp)]
+        if n_bias:
+            grad += list(residual.sum(axis=0)[1:] + 2 * ridge * theta[1:])
+        return value, np.asarray(grad)
+
+    theta = minimize(loss, np.zeros(1 + n_bias), jac=True, method="L-BFGS-B").x
+    return float(np.exp(theta[0])), np.concatenate([[0.0], theta[1:]]) if n_bias else \
+        np.zeros(k)
+
+
+def _probabilities(params: tuple[float, np.ndarray], logp: np.ndarray) -> np.ndarray:
+    a, bias = params
+    z = a * logp + bias
+    z -= z.max(axis=1, keepdims=True)
+    q = np.exp(z)
+    return q / q.sum(axis=1, keepdims=True)
+
+
+def _log_loss(probabilities: np.ndarray, gold: np.ndarray) -> float:
+    return float(-np.mean(np.log(np.maximum(probabilities[np.arange(len(gold)), gold],
+                                            1e-12))))

@@ -1,0 +1,155 @@
+"""Calibration math and its file: the fits against direct computations on synthetic logits
+with known parameters, the map applied as written, a file refused for another model or
+template, and abstention on confidence and on label mass."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from decider.calibration import (
+    Adjustment,
+    Calibration,
+    QuestionCalibration,
+    shape_key,
+    signature,
+)
+from decider.errors import CalibrationMismatch
+from decider.evaluation.examples import parse_examples
+from decider.evaluation.fit import contextual, fit_branch, log_probs
+from decider.questions import Choice, Label, MultiLabel, Scored, YesNo
+from decider.trust import judged_answer
+
+pytest.importorskip("scipy", reason="fitting needs the calibrate extra (scipy)")
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    return np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+
+
+def _draw(rng, logits: np.ndarray) -> np.ndarray:
+    p = _softmax(logits)
+    return (p.cumsum(axis=1) > rng.random((len(p), 1))).argmax(axis=1)
+
+
+@pytest.mark.parametrize(("k", "temperature"), [(2, 2.5), (4, 0.6), (7, 1.7)])
+def test_a_known_temperature_is_recovered_within_two_percent(rng, k, temperature):
+    logits = rng.normal(0, 2, (20000, k))
+    gold = _draw(rng, logits / temperature)  # the truth is the model's logits / T
+    fitted = fit_branch(log_probs(_softmax(logits)), gold, [str(i) for i in range(k)],
+                        seed=1, forms=("temperature",))
+    assert fitted.adjustment.temperature == pytest.approx(temperature, rel=0.02)
+
+
+def test_a_bias_undoes_a_prior_a_temperature_cannot(rng):
+    """The model favours option 0 by 3 nats it should not: the bias form wins on held-out
+    log loss and its accuracy beats the raw model's."""
+    truth = rng.normal(0, 2, (6000, 3))
+    gold = _draw(rng, truth)
+    model = truth + np.array([3.0, 0.0, 0.0])
+    fitted = fit_branch(log_probs(_softmax(model)), gold, ["a", "b", "c"], seed=2)
+    assert fitted.adjustment.method == "bias"
+    assert fitted.cv_log_loss["bias"] < fitted.cv_log_loss["temperature"] - 0.05
+    bias = fitted.adjustment.bias
+    assert bias.get("b", 0.0) - bias.get("a", 0.0) == pytest.approx(3.0, abs=0.2)
+    raw_acc = np.mean(model.argmax(axis=1) == gold)
+    assert np.mean(fitted.held_out.argmax(axis=1) == gold) > raw_acc + 0.05
+
+
+def test_contextual_calibration_divides_out_the_content_free_answer():
+    adj = contextual([[0.8, 0.2], [0.6, 0.4]], ["yes", "no"])  # mean prior 0.7 / 0.3
+    calibrated = adj.apply(Scored({"yes": 0.7, "no": 0.3}, 1.0))
+    assert calibrated.probabilities["yes"] == pytest.approx(0.5)
+    assert adj.bias["no"] == pytest.approx(math.log(0.7 / 0.3))
+
+
+def test_an_adjustment_is_softmax_of_log_p_over_t_plus_bias():
+    adj = Adjustment(2.0, {"b": 0.5})
+    got = adj.apply(Scored({"a": 0.6, "b": 0.3, "c": 0.1}, 0.4)).probabilities
+    z = np.log([0.6, 0.3, 0.1]) / 2.0 + [0.0, 0.5, 0.0]
+    want = np.exp(z) / np.exp(z).sum()
+    assert list(got.values()) == pytest.approx(list(want), abs=1e-12)
+
+
+def _calibration(question, **own) -> Calibration:
+    entry = QuestionCalibration(signature(question), question.type, question.question,
+                                (Adjustment(2.0, {"no": 0.4}, "bias"),), **own)
+    return Calibration("ab" * 32, "7", {entry.signature: entry},
+                       {shape_key("choice", 3): Adjustment(0.5)})
+
+
+def test_a_calibration_file_round_trips_and_refuses_another_model_or_template(tmp_path):
+    q = YesNo("Is this a refund request?")
+    cal = _calibration(q, abstain_below=0.8)
+    cal.save(tmp_path / "c.json")
+    back = Calibration.load(tmp_path / "c.json")
+    assert back == cal
+    back.check("ab" * 32, "7")
+    with pytest.raises(CalibrationMismatch, match="model sha256"):
+        back.check("cd" * 32, "7")
+    with pytest.raises(CalibrationMismatch, match="template version"):
+        back.check("ab" * 32, "8")
+    (tmp_path / "bad.json").write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match="not a decider-calibration/1 file"):
+        Calibration.load(tmp_path / "bad.json")
+
+
+def test_a_question_is_known_by_what_it_asks_not_by_its_option_order():
+    a = Choice("Topic?", [Label("billing"), Label("shipping", "parcels")])
+    b = Choice("Topic?", [Label("shipping", "parcels"), Label("billing")])
+    assert signature(a) == signature(b)
+    assert signature(a) != signature(Choice("Topic?", ["billing", "shipping"]))
+    assert signature(a) != signature(Choice("Topic now?", [Label("billing"),
+                                                           Label("shipping", "parcels")]))
+
+
+def test_an_unknown_question_takes_its_shapes_fallback_or_nothing():
+    cal = _calibration(YesNo("Is this a refund request?"))
+    fallback = cal.lookup(Choice("Topic?", ["a", "b", "c"]))
+    assert fallback.branches == (Adjustment(0.5),)
+    assert cal.lookup(Choice("Topic?", ["a", "b"])) is None
+    assert cal.lookup(MultiLabel("Which?", ["a", "b"])) is None
+
+
+def test_a_calibrated_answer_keeps_the_raw_one_beside_it():
+    q = YesNo("Is this a refund request?")
+    answer = judged_answer(q, [Scored({"yes": 0.9, "no": 0.1}, 0.7)], _calibration(q))
+    z_yes, z_no = math.log(0.9) / 2, math.log(0.1) / 2 + 0.4
+    assert answer.p_yes == pytest.approx(1 / (1 + math.exp(z_no - z_yes)))
+    assert answer.calibrated and answer.raw.p_yes == 0.9 and not answer.raw.calibrated
+    assert answer.to_dict()["raw"]["p_yes"] == 0.9
+
+
+def test_abstention_on_confidence_and_label_mass_with_the_reason():
+    q = YesNo("Is this a refund request?")
+    unsure = [Scored({"yes": 0.6, "no": 0.4}, 0.05)]
+    assert not judged_answer(q, unsure, None).abstained  # nothing set: never abstains
+    answer = judged_answer(replace(q, abstain_below=0.7, min_label_mass=0.1), unsure, None)
+    assert answer.abstained and answer.p_yes == 0.6  # the typed answer stays
+    assert answer.abstain_reason == "confidence 0.600 below 0.7; label mass 0.050 below 0.1"
+    # a calibration's threshold holds unless the request sets its own
+    cal = _calibration(q, abstain_below=0.99)
+    assert judged_answer(q, unsure, cal).abstained
+    assert not judged_answer(replace(q, abstain_below=0.0), unsure, cal).abstained
+
+
+def test_examples_are_read_in_either_form_and_a_bad_line_is_named():
+    lines = ['{"text": "Refund me", "question": {"type": "yes_no", "question": "Refund?"},'
+             ' "gold": true}',
+             '',
+             '{"state": "Refund me", "question": {"type": "choice", "instructions": "Topic?",'
+             ' "criteria": {"billing": "money", "shipping": null}}, "gold": "billing"}',
+             '{"state": "Refund me", "question": {"type": "score", "instructions": "Urgency?",'
+             ' "criteria": ["low", "high"]}, "gold": 1}']
+    examples = parse_examples(lines)
+    assert [e.expected for e in examples] == [("yes",), ("billing",), ("1",)]
+    assert [e.line for e in examples] == [1, 3, 4]
+    with pytest.raises(ValueError, match=r"examples:1: the gold answer must be one of"):
+        parse_examples(['{"text": "x", "question": {"type": "choice", "question": "q", '
+                        '"labels": ["a", "b"]}, "gold": "c"}'])
+    with pytest.raises(ValueError, match=r"examples:1: text: must not be empty"):
+        parse_examples(['{"text": "", "question": {"question": "q"}, "gold": "yes"}'])
