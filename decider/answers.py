@@ -39,3 +39,13 @@ class Outcome:
     compute_ms: float
     model_sha256: str  # of the model that computed it
     template_version: str  # of the prompts that asked it
+
+    def provenance(self) -> dict:
+        """What the HTTP APIs report under x_decider: who answered, with what, how fast."""
+        from . import __version__
+
+        d = self.decision
+        return {"version": __version__, "engine": d.engine, "model_sha256": self.model_sha256,
+                "template_version": self.template_version,
+                "window_tokens": d.usage.window_tokens, "queue_ms": self.queue_ms,
+                "compute_ms": self.compute_ms}

@@ -132,9 +132,10 @@ def test_unknown_fields_are_ignored_and_counted_and_decider_adds_only_x_names(se
     assert r.status_code == 200, r.text
     doc = r.json()
     assert set(doc) == {"model", "answers", "usage", "x_decider"}
-    assert set(doc["answers"]["refund"]) == {"type", "noul", "x_label_mass"}
+    ours = {"x_label_mass", "x_calibrated", "x_abstained", "x_abstain_reason"}
+    assert set(doc["answers"]["refund"]) == {"type", "noul", *ours}
     assert set(doc["answers"]["team"]) == {"type", "choice", "confidence", "probabilities",
-                                           "x_label_mass"}
+                                           *ours}
     metrics = httpx2.get(served.url + "/metrics", headers=AUTH).text
     assert "decider_http_ignored_fields_total 3.0" in metrics, before
 

@@ -1,10 +1,11 @@
-"""What every API route does around its work: the caller's key checked first, and the
-decision waited for while the client stays (one that goes away cancels it, and the engine
-process drops the request)."""
+"""What every API route does around its work: the caller's key checked first, the body
+read within the request's deadline, and the decision waited for while the client stays
+(one that goes away cancels it, and the engine process drops the request)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from fastapi import Request
 
@@ -12,6 +13,7 @@ from ..answers import Outcome
 from ..questions import Request as DeciderRequest
 from ..service.frontend import Frontend
 from .auth import Keys, digest
+from .body import read_body
 from .errors import Refused
 
 MULTIPART = "multipart/form-data"
@@ -42,6 +44,16 @@ def refuse_multipart(request: Request) -> None:
     refused plainly, before it is read."""
     if request.headers.get("content-type", "").lower().startswith(MULTIPART):
         raise Refused(415, "IMAGES_UNSUPPORTED", IMAGES)
+
+
+async def admit(request: Request, settings) -> tuple[str, float, bytes]:
+    """What every decision route does first: the caller authorized, images refused, the
+    request's deadline set, and its body read within it. (caller, deadline, body)"""
+    caller = authorize(settings.keys, request)
+    refuse_multipart(request)
+    deadline = time.monotonic() + settings.request_timeout_seconds
+    raw = await read_body(request, settings.max_body_bytes, settings.request_timeout_seconds)
+    return caller, deadline, raw
 
 
 async def _disconnected(receive) -> None:

@@ -3,8 +3,6 @@ System One's; refusals in OpenAI's error envelope (the app's handlers choose it 
 
 from __future__ import annotations
 
-import time
-
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
@@ -13,8 +11,7 @@ from ..service.frontend import Frontend
 from ..systemone.decisions import parse, refused, to_decider
 from ..systemone.decisions_schema import DecisionResponse, OpenAIErrorBody
 from ..systemone.mapping import model_asked
-from .body import read_body
-from .calls import answer, authorize, refuse_multipart
+from .calls import admit, answer
 from .openapi import SECURED, WHY
 
 PATH = "/v1/decisions"
@@ -29,11 +26,7 @@ def add_decisions(app: FastAPI, frontend: Frontend, settings) -> None:
                 "$ref": "#/components/schemas/DecisionRequest"}}}}})
     async def decisions(request: Request) -> Response:
         """Answer predicate, choice and score questions about one input."""
-        caller = authorize(settings.keys, request)
-        refuse_multipart(request)
-        deadline = time.monotonic() + settings.request_timeout_seconds
-        raw = await read_body(request, settings.max_body_bytes,
-                              settings.request_timeout_seconds)
+        caller, deadline, raw = await admit(request, settings)
         body = parse(raw)
         decided = to_decider(body)
         request.state.questions = len(decided.request.questions)

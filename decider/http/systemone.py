@@ -3,8 +3,6 @@ send: served, not redirected) and GET /v1/models."""
 
 from __future__ import annotations
 
-import time
-
 import structlog
 from fastapi import FastAPI, Request
 from starlette.responses import Response
@@ -19,8 +17,7 @@ from ..systemone.mapping import (
     to_decider,
 )
 from ..systemone.schema import ModelCard, ModelList, SystemOneResponse, ValidationFailed
-from .body import read_body
-from .calls import answer, authorize, refuse_multipart
+from .calls import admit, answer, authorize
 from .errors import json_response
 from .observer import HttpObserver
 from .openapi import SECURED, refusals
@@ -31,11 +28,7 @@ log = structlog.get_logger("decider.http")
 def add_systemone(app: FastAPI, frontend: Frontend, settings, observer: HttpObserver) -> None:
     async def systemone(request: Request) -> Response:
         """Answer typed questions about one state."""
-        caller = authorize(settings.keys, request)
-        refuse_multipart(request)
-        deadline = time.monotonic() + settings.request_timeout_seconds
-        raw = await read_body(request, settings.max_body_bytes,
-                              settings.request_timeout_seconds)
+        caller, deadline, raw = await admit(request, settings)
         body = parse_body(raw)
         if ignored := ignored_fields(body):
             log.debug("unknown fields ignored", fields=ignored)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from .. import __version__
 from ..answers import Outcome
 from ..errors import DeciderError, FieldViolation, InvalidRequest
 from ..questions import Request
@@ -85,11 +84,7 @@ class Decided:
             model=d.model,
             answers=[read(a) for read, a in zip(self.readers, d.answers, strict=True)],
             usage=DecisionUsage(input_tokens=tokens, total_tokens=tokens),
-            x_decider={"version": __version__, "engine": d.engine,
-                       "model_sha256": outcome.model_sha256,
-                       "template_version": outcome.template_version,
-                       "window_tokens": d.usage.window_tokens, "queue_ms": outcome.queue_ms,
-                       "compute_ms": outcome.compute_ms})
+            x_decider=outcome.provenance())
 
 
 def to_decider(body: DecisionRequest) -> Decided:

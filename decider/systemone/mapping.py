@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from .. import __version__
 from ..answers import Outcome
 from ..errors import FieldViolation, InvalidRequest, ModelNotFound
 from ..questions import Request
@@ -97,11 +96,7 @@ class Asked:
             model=d.model,
             answers={s.key: s.read(a) for s, a in zip(self.slots, d.answers, strict=True)},
             usage=Usage(input_tokens=d.usage.prompt_tokens, output_tokens=0),
-            x_decider=Provenance(version=__version__, engine=d.engine,
-                                 model_sha256=outcome.model_sha256,
-                                 template_version=outcome.template_version,
-                                 window_tokens=d.usage.window_tokens,
-                                 queue_ms=outcome.queue_ms, compute_ms=outcome.compute_ms))
+            x_decider=Provenance(**outcome.provenance()))
 
     def bad_body(self, error: InvalidRequest) -> BadBody:
         return BadBody([self._locate(v) for v in error.violations])

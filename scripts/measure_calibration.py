@@ -1,0 +1,74 @@
+"""Accuracy and calibration of a model on the labelled sets of decider/bench/datasets.py,
+raw and calibrated, beside the majority class and a TF-IDF logistic regression: the tables
+of docs/benchmarks.md. One model load for every set; the calibration is fitted on a
+training sample and measured on a test sample it never saw. Also times what `decider
+calibrate` adds to scoring its examples once (the fit), on the first set's training sample.
+
+    python scripts/measure_calibration.py smollm2-135m-instruct --out results/smollm2 \\
+        vader-tweets-positive rotten-tomatoes vader-tweets-scale yahoo-topics banking77
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from decider import Decider
+from decider.bench import datasets
+from decider.evaluation.calibrate import fit_calibration, score_examples
+from decider.evaluation.evaluate import evaluate, table
+from decider.evaluation.examples import parse_examples
+
+
+def sample(data: datasets.Dataset, which: str, n: int, seed: int) -> list:
+    items = data.split(which)
+    chosen = random.Random(seed).sample(items, min(n, len(items)))
+    return parse_examples(json.dumps({"text": x.text, "question": data.question,
+                                      "gold": x.gold}) for x in chosen)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model")
+    p.add_argument("sets", nargs="+", choices=datasets.NAMES)
+    p.add_argument("--train", type=int, default=300, help="training examples per set")
+    p.add_argument("--test", type=int, default=500, help="test examples per set")
+    p.add_argument("--seed", type=int, default=0, help="the samples' and folds' seed")
+    p.add_argument("--n-ctx", type=int, default=1024)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"seed {args.seed}", file=sys.stderr)
+    results = {}
+    with Decider(args.model, n_ctx=args.n_ctx) as decider:
+        for name in args.sets:
+            data = datasets.load(name)
+            train = sample(data, "train", args.train, args.seed)
+            test = sample(data, "test", args.test, args.seed)
+            t0 = time.perf_counter()
+            train_scores = score_examples(decider, train)
+            t1 = time.perf_counter()
+            fitted = fit_calibration(decider, train, train_scores, seed=args.seed)
+            t2 = time.perf_counter()
+            reports = evaluate(test, score_examples(decider, test), fitted.calibration, train,
+                               plots=args.out / name)
+            results[name] = {"train": len(train), "test": len(test),
+                             "score_seconds": t1 - t0, "fit_seconds": t2 - t1,
+                             "calibrate_over_scoring": (t2 - t0) / (t1 - t0),
+                             "questions": reports}
+            print(f"== {name}: {len(train)} train, {len(test)} test; scoring the training "
+                  f"sample {t1 - t0:.1f} s, the fit {t2 - t1:.2f} s\n{table(reports)}",
+                  flush=True)
+            (args.out / "results.json").write_text(json.dumps(
+                {"model": decider.entry.name, "model_sha256": decider.model_sha256,
+                 "template_version": decider.template_version, "seed": args.seed,
+                 "sets": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
