@@ -199,3 +199,14 @@ def test_tfidf_baseline():
     assert np.allclose(by_index, out)
     with pytest.raises(ValueError, match="not among the labels"):
         tfidf_probabilities(good + bad, ["yes"] * 3 + ["no"] * 3, ["x"], ["yes"])
+
+
+def test_the_ece_floor_is_what_sampling_alone_gives_and_shrinks_with_the_test_set(rng):
+    p1 = rng.uniform(0.5, 0.95, 2000)
+    p = np.stack([p1, 1 - p1], axis=1)
+    floors = [metrics.ece_floor(p[:n]) for n in (100, 500, 2000)]
+    assert floors[0] > floors[1] > floors[2] > 0
+    # a perfectly calibrated predictor's measured ECE scatters around its floor
+    measured = [metrics.ece(p[:500], (rng.random(500) > p1[:500]).astype(int))
+                for _ in range(50)]
+    assert np.median(measured) == pytest.approx(floors[1], rel=0.25)

@@ -13,7 +13,8 @@ Definitions, as `summary` reports them:
   sum_k (p_ik - [y_i = k])^2, in [0, 2].
 - ECE: expected calibration error over equal-mass bins of the confidence (the items
   sorted by confidence and cut into bins of equal count, so every bin holds evidence):
-  sum_b (n_b / n) |accuracy_b - mean confidence_b|.
+  sum_b (n_b / n) |accuracy_b - mean confidence_b|. Its floor: the ECE that sampling
+  alone gives on this many items (ece_floor).
 - coverage at an error budget: the items sorted by confidence, highest first; the
   largest share that, decided alone, has an error rate within the budget, and the
   confidence threshold that picks exactly those items (confidence >= threshold). A cut
@@ -91,6 +92,18 @@ def ece_of(table: list[dict]) -> float:
                      for row in table))
 
 
+def ece_floor(p, bins: int = 15, draws: int = 200, seed: int = 0) -> float:
+    """The ECE that sampling alone gives these probabilities on this many items: the
+    median ECE of gold answers drawn from p itself (p perfectly calibrated). A measured ECE
+    near it cannot be told from perfect calibration on a test set of this size."""
+    p = np.asarray(p, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    cumulative = p.cumsum(axis=1)
+    drawn = [(cumulative < rng.random((len(p), 1))).sum(axis=1).clip(0, p.shape[1] - 1)
+             for _ in range(draws)]
+    return float(np.median([ece(p, y, bins) for y in drawn]))
+
+
 def risk_coverage(p, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The coverage/error curve at every honest cut: (thresholds, coverage, error rate),
     thresholds descending. Deciding the items with confidence >= thresholds[j] decides
@@ -151,6 +164,7 @@ def summary(p, y, bins: int = 15, train_y=None) -> dict:
         "brier_form": "binary" if p.shape[1] == 2 else "multiclass sum",
         "ece": ece_of(table),
         "ece_bins": len(table),
+        "ece_floor": ece_floor(p, bins),
         "reliability": table,
         "coverage": coverage_at(p, y),
     }
