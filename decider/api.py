@@ -46,6 +46,8 @@ class Decider:
         **engine_options,
     ) -> None:
         default_to_stderr()
+        if calibration is not None and not isinstance(calibration, Calibration):
+            calibration = Calibration.load(calibration)  # a bad file fails before the load
         catalog = catalog or Catalog()
         self.entry = model if isinstance(model, ModelEntry) else catalog.get(
             model or catalog.default)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import CalibrationMismatch
+from .errors import CalibrationMismatch, ConfigError
 from .prompts import FORMATS, prompt_text
 from .questions import Question, Scored
 
@@ -116,7 +116,8 @@ class Calibration:
         try:
             return cls.from_json(json.loads(Path(path).read_text()), str(path))
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"cannot read the calibration {path}: {e}") from e
+            raise ConfigError(f"cannot read the calibration {path}: {e}",
+                              key="calibration") from e
 
 
 def branch_answers(question: Question) -> list[tuple[str, ...]]:

@@ -115,7 +115,8 @@ def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int
             branches.append(Branch(_tokens(bp.suffix, short), cands.sequences))
             q_keys.append(_BranchKey(cands, bp.answers))
         keys.append(tuple(q_keys))
-    return Plan(ScoreJob(prefix, tuple(branches)), request.questions, tuple(keys))
+    return Plan(ScoreJob(prefix, tuple(branches), tuple(map(len, keys))), request.questions,
+                tuple(keys))
 
 
 def _tokens(pieces: tuple[Piece, ...], tokenize: Tokenize,

@@ -6,6 +6,7 @@ plans the tokens, guards the rows and turns them into answers.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -45,12 +46,23 @@ class Branch:
 class ScoreJob:
     prefix: Tokens  # BOS + instructions + text, computed once for every branch
     branches: tuple[Branch, ...]
+    questions: tuple[int, ...] = ()  # how many branches each question has, in order
 
     def __post_init__(self) -> None:
         if not self.prefix:
             raise ValueError("ScoreJob.prefix must hold at least the BOS token")
         if not self.branches:
             raise ValueError("ScoreJob.branches must not be empty")
+        if self.questions and (min(self.questions) < 1
+                               or sum(self.questions) != len(self.branches)):
+            raise ValueError("ScoreJob.questions must count every branch once")
+
+    def units(self) -> list[range]:
+        """The branches an engine may compute together: each question's, or (questions not
+        given) each branch alone. An engine whose arithmetic moves with what shares a batch
+        batches a unit with nothing else, so that no answer depends on another question."""
+        ends = list(itertools.accumulate(self.questions or [1] * len(self.branches)))
+        return [range(a, b) for a, b in zip([0, *ends], ends)]
 
     def window_tokens(self) -> int:
         """The longest sequence the job puts in one window: prefix + suffix + label."""

@@ -1,6 +1,13 @@
 """How one job becomes llama.cpp work: decodes of token entries, and sequence operations
 between them. Pure planning, no llama.cpp calls, so the layouts are tested on their own.
 
+No answer may depend on the other questions of its job, and llama.cpp's arithmetic moves
+with what shares a decode (its CPU kernels by batch shape, flash attention's sums by the
+order of the cells a token sees). So the prefix is decoded alone, then each question's
+branches (ScoreJob.units) in decodes of their own, laid out by the question alone, and
+each question leaves the cache as it found it (its cells removed once read), so that the
+next one finds the same cells free: its decodes are those of the question asked alone.
+
 llama.cpp reuses a cell of its bounded sliding-window cache only when exactly one
 sequence holds it and the window has moved past it for that sequence; a cell that
 several sequences share is kept until all but one let go. Two layouts follow from that:
@@ -13,14 +20,18 @@ several sequences share is kept until all but one let go. Two layouts follow fro
   and by the copies of the group, so none is ever reused: the layout is valid while the
   prefix, the suffix carried over and one group's tokens fit the cells of every cache
   (`room`).
-- alone: one sequence. The prefix is decoded once; each branch is appended to it, read,
-  and rolled back; each label path below a branch likewise, from the branch's end. The
-  last window of the prefix is also held by a guard sequence, so no decode can reuse
-  those cells, and before each branch the prefix sequence takes them back from the
-  guard (a decode that reuses an older cell drops the sequence from every cell before
-  it). It needs `2 * window + n_batch` sliding cells whatever the prompt's length, which
-  every context with two sequences has. Every branch is then decoded exactly as a plain
-  one-sequence decode of the prefix followed by the branch would be.
+- alone: one sequence. Each branch is appended to the prefix, read, and rolled back;
+  each label path below a branch likewise, from the branch's end. The last window of the
+  prefix is also held by a guard sequence, so no decode can reuse those cells, and before
+  each branch the prefix sequence takes them back from the guard (a decode that reuses an
+  older cell drops the sequence from every cell before it). It needs `2 * window +
+  n_batch` sliding cells whatever the prompt's length, which every context with two
+  sequences has. Every branch is then decoded exactly as a plain one-sequence decode of
+  the prefix followed by the branch would be.
+
+A question takes the shared layout where it fits the room, else the alone one; the
+shared questions go first, since the alone layout leaves older cells of the prefix freed
+(all outside the window, so no later decode sees them) where it reused them.
 """
 
 from __future__ import annotations
@@ -71,18 +82,34 @@ class Remove:
 Step = Decode | Copy | Remove
 
 
-def shared_groups(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: int,
-                  room: int) -> list[list[tuple[int, Tokens]]] | None:
-    """(branch, leaf) pairs, each branch's leaves in token order (siblings together),
-    packed into decodes of at most n_parallel sequences. A group's cells are the prefix,
-    the suffix of a branch carried over from the group before, and its own tokens: all
-    within `room`. None when one leaf alone does not fit."""
+def job_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: int, room: int,
+              window: int) -> Iterator[Step]:
+    """The prefix decoded alone, then each question (unit) in a layout of its own: the
+    shared ones first, then the alone ones."""
+    yield Decode(tuple(Entry(t, p, (PREFIX_SEQ,), None) for p, t in enumerate(job.prefix)))
+    alone = []
+    for unit in job.units():
+        groups = shared_groups(job, tries, unit, n_parallel, room)
+        if groups is None:
+            alone.append(unit)
+        else:
+            yield from shared_steps(job, groups)
+    for unit in alone:
+        yield from alone_steps(job, tries, unit, window)
+
+
+def shared_groups(job: ScoreJob, tries: list[dict[Tokens, Tokens]], unit: range,
+                  n_parallel: int, room: int) -> list[list[tuple[int, Tokens]]] | None:
+    """(branch, leaf) pairs of the unit's branches, each branch's leaves in token order
+    (siblings together), packed into decodes of at most n_parallel sequences. A group's
+    cells are the prefix, the suffix of a branch carried over from the group before, and
+    its own tokens: all within `room`. None when one leaf alone does not fit."""
     free = room - len(job.prefix)
     groups: list[list[tuple[int, Tokens]]] = []
     placed: set[tuple[int, Tokens]] = set()  # (branch, node) the group holds
     used = 0  # cells the group holds past the prefix
-    for bi, branch in enumerate(job.branches):
-        suffix = len(branch.suffix)
+    for bi in unit:
+        suffix = len(job.branches[bi].suffix)
         for leaf in sorted(trie_leaves(tries[bi])):
             if suffix + len(leaf) > free:
                 return None
@@ -101,22 +128,17 @@ def shared_groups(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: 
 
 
 def shared_steps(job: ScoreJob, groups: list[list[tuple[int, Tokens]]]) -> Iterator[Step]:
-    """The shared layout: the first group rides with the prefix (one decode for one
-    question); later groups start as copies of sequence 0 (no data copied). A branch whose
-    leaves go on into the next group leaves its suffix to sequence 0, whose copies then
-    start past it: each suffix is decoded once."""
+    """The shared layout of one unit, after the prefix: each group starts as copies of
+    sequence 0 (no data copied). A branch whose leaves go on into the next group leaves
+    its suffix to sequence 0, whose copies then start past it: each suffix is decoded
+    once. Every cell the unit placed is removed after it."""
     n = len(job.prefix)
     held = None  # the branch whose suffix sequence 0 holds past the prefix
     for i, group in enumerate(groups):
         seqs = {pair: 1 + k for k, pair in enumerate(group)}
-        entries = _tree(job, seqs, held)
-        if i == 0:
-            entries = [Entry(t, p, (PREFIX_SEQ, *seqs.values()), None)
-                       for p, t in enumerate(job.prefix)] + entries
-        else:
-            yield from (Copy(PREFIX_SEQ, s, -1, -1 if bi == held else n)
-                        for (bi, _), s in seqs.items())
-        yield Decode(tuple(entries))
+        yield from (Copy(PREFIX_SEQ, s, -1, -1 if bi == held else n)
+                    for (bi, _), s in seqs.items())
+        yield Decode(tuple(_tree(job, seqs, held)))
         last = group[-1][0]
         keep = last if i + 1 < len(groups) and groups[i + 1][0][0] == last else None
         if held is not None and held != keep:
@@ -149,15 +171,16 @@ def _tree(job: ScoreJob, seqs: dict[tuple[int, Tokens], int], held: int | None
     return entries
 
 
-def alone_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], window: int
+def alone_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], unit: range, window: int
                 ) -> Iterator[Step]:
-    """The alone layout. (A sequence may not join a decode beside another whose cells
-    differ, so the guard is made by a copy after the prefix, not decoded with it.)"""
+    """The alone layout of one unit, after the prefix; the guard is let go after it, once
+    sequence 0 holds the prefix's last window again. (A sequence may not join a decode
+    beside another whose cells differ, so the guard is made by a copy, not decoded.)"""
     n = len(job.prefix)
     guarded = max(0, n - window) if window else n  # no sliding layers: nothing to guard
-    yield Decode(tuple(Entry(t, p, (PREFIX_SEQ,), None) for p, t in enumerate(job.prefix)))
     yield Copy(PREFIX_SEQ, GUARD_SEQ, guarded, n)
-    for bi, branch in enumerate(job.branches):
+    for bi in unit:
+        branch = job.branches[bi]
         yield Remove(PREFIX_SEQ, guarded, n)  # take the window back whole from the guard
         yield Copy(GUARD_SEQ, PREFIX_SEQ, guarded, n)
         last = len(branch.suffix) - 1
@@ -170,3 +193,6 @@ def alone_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], window: int
                                    for k, t in enumerate(leaf)))
                 yield Remove(PREFIX_SEQ, end)
         yield Remove(PREFIX_SEQ, n)
+    yield Remove(PREFIX_SEQ, guarded, n)
+    yield Copy(GUARD_SEQ, PREFIX_SEQ, guarded, n)
+    yield Remove(GUARD_SEQ)

@@ -19,7 +19,11 @@ from pathlib import Path
 
 from decider import Decider
 from decider.bench import datasets
-from decider.evaluation.calibrate import fit_calibration, score_examples
+from decider.evaluation.calibrate import (
+    contextual_calibration,
+    fit_calibration,
+    score_examples,
+)
 from decider.evaluation.evaluate import evaluate, table
 from decider.evaluation.examples import parse_examples
 
@@ -54,8 +58,14 @@ def main() -> int:
             t1 = time.perf_counter()
             fitted = fit_calibration(decider, train, train_scores, seed=args.seed)
             t2 = time.perf_counter()
-            reports = evaluate(test, score_examples(decider, test), fitted.calibration, train,
+            test_scores = score_examples(decider, test)
+            reports = evaluate(test, test_scores, fitted.calibration, train,
                                plots=args.out / name)
+            # without labels: contextual calibration, measured on the same test answers
+            contextual = contextual_calibration(decider, [train[0].question])
+            for report, other in zip(reports, evaluate(test, test_scores, contextual,
+                                                        baseline=False)):
+                report["contextual"] = other["calibrated"]
             results[name] = {"train": len(train), "test": len(test),
                              "score_seconds": t1 - t0, "fit_seconds": t2 - t1,
                              "calibrate_over_scoring": (t2 - t0) / (t1 - t0),
@@ -63,6 +73,10 @@ def main() -> int:
             print(f"== {name}: {len(train)} train, {len(test)} test; scoring the training "
                   f"sample {t1 - t0:.1f} s, the fit {t2 - t1:.2f} s\n{table(reports)}",
                   flush=True)
+            for report in reports:
+                c = report["contextual"]
+                print(f"  contextual (no labels)   {c['accuracy']:6.3f} {c['log_loss']:8.4f} "
+                      f"{c['brier']:7.4f} {c['ece']:6.3f}", flush=True)
             (args.out / "results.json").write_text(json.dumps(
                 {"model": decider.entry.name, "model_sha256": decider.model_sha256,
                  "template_version": decider.template_version, "seed": args.seed,

@@ -17,7 +17,7 @@ from decider.calibration import (
     shape_key,
     signature,
 )
-from decider.errors import CalibrationMismatch
+from decider.errors import CalibrationMismatch, ConfigError
 from decider.evaluation.examples import parse_examples
 from decider.evaluation.fit import contextual, fit_branch, log_probs
 from decider.questions import Choice, Label, MultiLabel, Scored, YesNo
@@ -94,7 +94,7 @@ def test_a_calibration_file_round_trips_and_refuses_another_model_or_template(tm
     with pytest.raises(CalibrationMismatch, match="template version"):
         back.check("ab" * 32, "8")
     (tmp_path / "bad.json").write_text('{"format": "something else"}')
-    with pytest.raises(ValueError, match="not a decider-calibration/1 file"):
+    with pytest.raises(ConfigError, match="not a decider-calibration/1 file"):
         Calibration.load(tmp_path / "bad.json")
 
 

@@ -64,6 +64,18 @@ def test_each_question_type_through_the_cli_matches_the_python_api(kind, run_cli
         assert answer.get(key) == api_answer.get(key)
 
 
+def test_an_answer_below_the_thresholds_abstains_and_says_why(run_cli):
+    out = run_cli("run", "gemma-3-270m", TEXT, "-q", "Is this about billing?",
+                  "--abstain-below", "0.999", "--min-label-mass", "0.999", "--json",
+                  "--n-ctx", N_CTX)
+    assert out.returncode == 0, out.stderr.decode()
+    [answer] = json.loads(out.stdout)["answers"]
+    assert answer["abstained"] and not answer["calibrated"] and answer["raw"] is None
+    sure = max(answer["p_yes"], 1 - answer["p_yes"])
+    assert answer["abstain_reason"] == (f"confidence {sure:.3f} below 0.999; label mass "
+                                        f"{answer['label_mass']:.3f} below 0.999")
+
+
 def test_plain_output_answers_in_words(run_cli):
     out = run_cli("run", "gemma-3-270m", TEXT, "-q", "Is this about money?")
     assert out.returncode == 0, out.stderr.decode()
@@ -151,6 +163,10 @@ HUGE = "x" * (256 * 1024 + 1)
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--scale", "a", "-l", "b"], None,
          "--scale: cannot be combined with --label"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--bogus"], None, "unrecognized arguments"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--abstain-below", "1.5"], None,
+         "questions[0].abstain_below: must be a number in [0, 1], got 1.5"),
+        (["run", "gemma-3-270m", "t", "-q", "Q?", "--calibration", "/no/such.json"], None,
+         "cannot read the calibration /no/such.json"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--dtype", "bfloat16"], None,
          "the llama engine has no option 'dtype'"),
         (["run", "gemma-3-270m", "t", "-q", "Q?", "--dtype", "fp8"], None,

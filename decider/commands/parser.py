@@ -38,6 +38,10 @@ def parser() -> argparse.ArgumentParser:
                      help="decision threshold for yes/no and --multi (default 0.5)")
     run.add_argument("--scale", action="append", default=[], metavar="LEVEL[=DESCRIPTION]",
                      help="an ordinal level, lowest first (repeat)")
+    run.add_argument("--abstain-below", type=float, metavar="P", help="abstain when the "
+                     "answer's confidence (calibrated where a calibration applies) is below P")
+    run.add_argument("--min-label-mass", type=float, metavar="M",
+                     help="abstain when the label mass is below M")
     run.add_argument("--instructions", default="", help="instructions placed before the text")
     run.add_argument("--jsonl", metavar="FILE",
                      help="answer one JSON request per line of FILE ('-': stdin), one model load")

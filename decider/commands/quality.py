@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, FieldViolation, InvalidRequest
+from ..errors import FieldViolation, InvalidRequest
 from . import EXIT_OK, flag_config, load_options
 
 
@@ -54,7 +54,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         calibration = None
         if args.calibration:
-            calibration = _loaded(Calibration, args.calibration)
+            calibration = Calibration.load(args.calibration)
             calibration.check(decider.model_sha256, decider.template_version, args.calibration)
         elif train:
             calibration = fit_calibration(decider, train, score_examples(decider, train),
@@ -93,13 +93,6 @@ def _examples(path: str, labelled: bool = True):
         return read_examples(path, labelled=labelled)
     except (OSError, ValueError) as e:
         raise InvalidRequest([FieldViolation("examples", str(e))]) from None
-
-
-def _loaded(cls, path: str):
-    try:
-        return cls.load(path)
-    except ValueError as e:
-        raise ConfigError(str(e), key="calibration") from None
 
 
 def _say(what: str, t0: float) -> None:

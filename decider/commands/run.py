@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import DeciderError, FieldViolation, InvalidRequest
@@ -21,6 +22,11 @@ def _label(spec: str) -> Label:
 
 
 def _question(args: argparse.Namespace) -> Question:
+    return replace(_typed_question(args), abstain_below=args.abstain_below,
+                   min_label_mass=args.min_label_mass)
+
+
+def _typed_question(args: argparse.Namespace) -> Question:
     if args.scale and args.label:
         raise InvalidRequest([FieldViolation("--scale", "cannot be combined with --label")])
     if args.multi and not args.label:
