@@ -76,3 +76,32 @@ def test_front_end_processes_need_tcp_listeners(tmp_path):
     assert "server.frontends 2 needs TCP listeners" in out.stderr
     with pytest.raises(grpc.RpcError):
         health_status(f"unix://{tmp_path}/d.sock", timeout=0.5)
+
+
+def test_every_front_end_applies_the_daemons_calibration_and_abstention(tmp_path, decider):
+    """A calibration in the config reaches every front-end process (it travels with the
+    model's facts): over gRPC each answer is the in-process raw answer, calibrated by the
+    file's map, with the raw one beside it; a request's abstain_below abstains remotely."""
+    from dataclasses import replace
+
+    from decider.calibration import Calibration
+    from decider.evaluation.calibrate import contextual_calibration
+    from decider.questions import Scored
+
+    calibration = contextual_calibration(decider, QUESTIONS)
+    calibration.save(tmp_path / "c.json")
+    d = spawn(tmp_path, "--n-ctx", "2048", "--frontends", "2", "--calibration",
+              str(tmp_path / "c.json"), address=f"127.0.0.1:{free_port()}")
+    try:
+        for _ in range(6):  # fresh connections: the kernel spreads them over both processes
+            with DeciderClient(d.address, timeout=120) as client:
+                for q in QUESTIONS:
+                    raw = decider.decide(TEXTS[0], [q]).answers[0]
+                    got = client.decide(TEXTS[0], [replace(q, abstain_below=0.999)]).answers[0]
+                    adjust = Calibration.load(tmp_path / "c.json").lookup(q).branches[0]
+                    want = adjust.apply(Scored({"yes": raw.p_yes, "no": 1 - raw.p_yes}, 1.0))
+                    assert got.calibrated and got.raw.p_yes == raw.p_yes
+                    assert got.p_yes == pytest.approx(want.probabilities["yes"], abs=1e-12)
+                    assert got.abstained and got.abstain_reason.startswith("confidence ")
+    finally:
+        assert d.stop() == 0
