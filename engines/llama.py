@@ -1,8 +1,9 @@
 """llama.cpp engine: label logits through llama-cpp-python's low-level API.
 
-One job = one text, laid out by llama_layout.py: its prefix decoded once as sequence 0,
-each question branch either as sequences of its own sharing the prefix cells of a
-unified KV cache (several branches and label paths per decode, each suffix decoded
+One job = one text, laid out by llama_layout.py: its prefix decoded once, alone, as
+sequence 0; then each question in decodes of its own (so that no answer depends on the
+other questions), its branches either as sequences of their own sharing the prefix cells
+of a unified KV cache (several branches and label paths per decode, each suffix decoded
 once), or, when the prefix is too long for the bounded sliding-window cache to share,
 appended to sequence 0 and rolled back, the prefix's last window held by a guard
 sequence meanwhile.
@@ -38,16 +39,7 @@ from .base import (
     resolve_n_ctx,
 )
 from .faults import begin_pass
-from .llama_layout import (
-    Copy,
-    Decode,
-    Entry,
-    Remove,
-    Step,
-    alone_steps,
-    shared_groups,
-    shared_steps,
-)
+from .llama_layout import Copy, Decode, Entry, Remove, Repack, Step, job_steps
 from .llama_lib import captured_log, kv_caches, load_model, tokenizer_of
 
 log = structlog.get_logger("decider.engines.llama")
@@ -220,14 +212,27 @@ class LlamaEngine:
                 ll.llama_memory_seq_cp(self._mem, step.src, step.dst, step.p0, step.p1)
             elif isinstance(step, Remove):
                 ll.llama_memory_seq_rm(self._mem, step.seq, step.p0, step.p1)
+            elif isinstance(step, Repack):
+                self._repack(step)
         return [tuple(n[p] for p in sorted(n, key=len)) for n in nodes]
+
+    def _repack(self, step: Repack) -> None:
+        """llama.cpp's sliding-window-only state of step.src, saved, then restored into
+        step.dst: restoring first drops dst from every sliding cell (the full-attention
+        cache keeps it), then places the saved cells in one block from the first free one."""
+        flags = ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
+        size = ll.llama_state_seq_get_size_ext(self._ctx, step.src, flags)
+        buf = (ctypes.c_uint8 * size)()
+        saved = ll.llama_state_seq_get_data_ext(self._ctx, buf, size, step.src, flags)
+        ll.llama_memory_seq_rm(self._mem, step.src, -1, -1)
+        if saved != size or ll.llama_state_seq_set_data_ext(self._ctx, buf, size, step.dst,
+                                                            flags) != size:
+            raise EngineFailure("llama.cpp could not repack its sliding-window cache")
 
     # -- llama_decode ----------------------------------------------------------------
 
     def _steps(self, job: ScoreJob, tries: list[dict[Tokens, Tokens]]) -> Iterator[Step]:
-        groups = shared_groups(job, tries, self._n_parallel, self.room)
-        return (shared_steps(job, groups) if groups is not None
-                else alone_steps(job, tries, self._n_swa))
+        return job_steps(job, tries, self._n_parallel, self.room, self._n_swa)
 
     def _decode(self, entries: Sequence[Entry], fault: str | None,
                 tries: list[dict[Tokens, Tokens]],

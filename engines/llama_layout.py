@@ -26,12 +26,16 @@ several sequences share is kept until all but one let go. Two layouts follow fro
   each branch the prefix sequence takes them back from the guard (a decode that reuses an
   older cell drops the sequence from every cell before it). It needs `2 * window +
   n_batch` sliding cells whatever the prompt's length, which every context with two
-  sequences has. Every branch is then decoded exactly as a plain one-sequence decode of
-  the prefix followed by the branch would be.
+  sequences has. Every branch sees the cells a plain one-sequence decode of the prefix
+  followed by the branch would see.
 
-A question takes the shared layout where it fits the room, else the alone one; the
-shared questions go first, since the alone layout leaves older cells of the prefix freed
-(all outside the window, so no later decode sees them) where it reused them.
+A question takes the shared layout where it fits the room, else the alone one. The
+shared ones go first: each leaves the cells as the prefix left them. Before the alone
+ones the sliding cache is repacked (`Repack`): it keeps only the prefix's last window,
+in one block from its first cell, the rest free. A branch decoded alone would otherwise
+reuse older prefix cells wherever llama.cpp's search for free cells happens to start,
+which moves with every earlier branch; from the repacked cache each branch takes the
+same free cells, and frees them again.
 """
 
 from __future__ import annotations
@@ -79,7 +83,17 @@ class Remove:
     p1: int = -1
 
 
-Step = Decode | Copy | Remove
+@dataclass(frozen=True, slots=True)
+class Repack:
+    """The sliding-window cache of `dst` replaced by copies of the cells `src` holds there,
+    in one block from the cache's first cell; `src` let go. The full-attention cache is
+    left as it is. Runs where sequence 0 alone holds cells."""
+
+    src: int
+    dst: int
+
+
+Step = Decode | Copy | Remove | Repack
 
 
 def job_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: int, room: int,
@@ -94,8 +108,18 @@ def job_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: int,
             alone.append(unit)
         else:
             yield from shared_steps(job, groups)
+    if alone and window:
+        yield Copy(PREFIX_SEQ, GUARD_SEQ, _guarded(job, window), len(job.prefix))
+        yield Repack(GUARD_SEQ, PREFIX_SEQ)
     for unit in alone:
         yield from alone_steps(job, tries, unit, window)
+
+
+def _guarded(job: ScoreJob, window: int) -> int:
+    """The first position of the prefix a token after it sees in a sliding layer; with no
+    sliding layers, none (nothing to guard)."""
+    n = len(job.prefix)
+    return max(0, n - window + 1) if window else n
 
 
 def shared_groups(job: ScoreJob, tries: list[dict[Tokens, Tokens]], unit: range,
@@ -176,8 +200,7 @@ def alone_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], unit: range, w
     """The alone layout of one unit, after the prefix; the guard is let go after it, once
     sequence 0 holds the prefix's last window again. (A sequence may not join a decode
     beside another whose cells differ, so the guard is made by a copy, not decoded.)"""
-    n = len(job.prefix)
-    guarded = max(0, n - window) if window else n  # no sliding layers: nothing to guard
+    n, guarded = len(job.prefix), _guarded(job, window)
     yield Copy(PREFIX_SEQ, GUARD_SEQ, guarded, n)
     for bi in unit:
         branch = job.branches[bi]

@@ -11,8 +11,8 @@ from decider.errors import ConfigError, PromptTooLong
 from decider.scoring import answer_log_probs, build_candidates
 from helpers.plain_llama import plain_llama, plain_rows
 
-# The plain decodes use the engine's batches (the prefix with the first branch, later
-# branches appended to the kept prefix), flash attention setting and weight layout:
+# The plain decodes use the engine's batches (the prefix alone, each branch appended to
+# the kept prefix), flash attention setting and weight layout:
 # with the same batches llama.cpp gives the same logits. Other batch shapes move its
 # logits by up to ~0.3 (flash attention tiles queries past 64 tokens a batch) and
 # probabilities by up to 0.05 (docs/design.md, "The llama.cpp engine") - 0.054 measured
@@ -82,7 +82,7 @@ def test_labels_sharing_a_first_token_match_a_direct_computation(engine, plain):
 
     # one plain sequence through the shared first token gives every trie position's row
     shared = next(c for c in cands.sequences if len(c) > 1)[:1]
-    rows = plain_rows(plain, prefix + suffix + shared)  # one batch, as the engine decodes it
+    rows = plain_rows(plain, prefix, suffix + shared)  # two decodes, as the engine's
     answer = len(prefix) + len(suffix) - 1
     expected = []
     for seq in cands.sequences:
@@ -115,11 +115,8 @@ def test_a_shared_prefix_gives_the_logits_of_separate_plain_passes(serial, engin
     branches = tuple(Branch(tuple(tok(f"Question: {q}\nAnswer:")), labels) for q in questions)
     assert len(prefix) > WINDOW + 50 or prefix_words < 100
     [shared] = serial.score([ScoreJob(prefix, branches)])
-    for k, (branch, [root]) in enumerate(zip(branches, shared)):
-        # branch 0 rides in the prefix's batch; the others append to the kept prefix
-        rows = plain_rows(plain, prefix + branch.suffix) if k == 0 else plain_rows(
-            plain, prefix, branch.suffix)
-        expected = rows[-1]
+    for branch, [root] in zip(branches, shared):
+        expected = plain_rows(plain, prefix, branch.suffix)[-1]  # appended to the prefix
         np.testing.assert_allclose(root.logits, expected[list(root.token_ids)], atol=LOGIT_TOL)
         lse = np.log(np.exp(expected.astype(np.float64) - expected.max()).sum()) + expected.max()
         assert root.logsumexp == pytest.approx(lse, abs=LOGIT_TOL)
@@ -144,7 +141,7 @@ def test_input_longer_than_n_batch_is_split(model_path):
         suffix = tuple(tok("Question: " + words(60, 8) + "?\nAnswer:"))
         assert len(prefix) > 2 * 32 and len(suffix) > 32
         [[[root]]] = engine.score([ScoreJob(prefix, (Branch(suffix, ((3,), (4,))),))])
-        expected = plain_rows(llm, prefix + suffix)[-1][[3, 4]]  # the same 32-token chunks
+        expected = plain_rows(llm, prefix, suffix)[-1][[3, 4]]  # the same 32-token chunks
         np.testing.assert_allclose(root.logits, expected, atol=LOGIT_TOL)
     finally:
         engine.close()
@@ -171,7 +168,7 @@ def test_a_stop_between_chunks_ends_that_job_alone(model_path):
 
         stopped, scored = engine.score([long_job, short_job], stop)
         assert stopped is error
-        assert asked == [0, 0, 1]  # one chunk of the long job decoded; the short is one chunk
+        assert asked == [0, 0, 1, 1]  # one chunk of the long job; the short job's two decodes
         [[[alone]]] = engine.score([short_job])
         np.testing.assert_array_equal(scored[0][0].logits, alone.logits)
     finally:

@@ -13,7 +13,7 @@ import pytest
 from decider.bench.random_gguf import Q4_K_M, T, write_tiny_gemma3
 from decider.engines import Branch, ScoreJob, label_trie, load_engine
 from decider.engines.base import trie_leaves
-from decider.engines.llama_layout import Decode, shared_groups, shared_steps
+from decider.engines.llama_layout import Decode, job_steps, shared_groups
 from helpers.plain_llama import PlainContext
 
 WINDOW, N_BATCH, N_CTX, VOCAB = 64, 64, 1024, 600
@@ -157,25 +157,26 @@ def test_every_prefix_length_around_the_window_is_answered_as_plain_decodes(
 @pytest.mark.parametrize("labels", [64, 100])
 def test_many_label_choices_are_answered_as_plain_decodes_on_both_sides_of_the_room(
         engine, plain, rng, labels):
-    """Prefixes around the window, the longest the shared layout takes for the job (the
-    choice's suffix decoded once, held by sequence 0 while its leaves go on in later
-    groups) and one token past it (the alone layout), against plain one-sequence decodes
-    of every label path."""
+    """Prefixes around the window, the longest the shared layout takes for the choice
+    (its suffix decoded once, held by sequence 0 while its leaves go on in later groups)
+    and one token past it (the choice alone, the other questions still shared), against
+    plain one-sequence decodes of every label path."""
     job = choice_job(rng, N_CTX // 2, labels)
     tries = [label_trie(b.candidates) for b in job.branches]
     edge = engine.room - max(len(b.suffix) + len(leaf) for b, trie in zip(job.branches, tries)
                              for leaf in trie_leaves(trie))
     for n in (WINDOW - 1, WINDOW, WINDOW + 1, edge, edge + 1):
         cut = ScoreJob(job.prefix[:n], job.branches)
-        groups = shared_groups(cut, tries, 4, engine.room)
-        assert (groups is None) == (n > edge)
-        if groups is not None:
-            decoded = sum(len(s.entries) for s in shared_steps(cut, groups)
+        groups = [shared_groups(cut, tries, unit, 4, engine.room) for unit in cut.units()]
+        assert (groups[0] is None) == (n > edge) and None not in groups[1:]
+        if groups[0] is not None:
+            decoded = sum(len(s.entries) for s in job_steps(cut, tries, 4, engine.room, WINDOW)
                           if isinstance(s, Decode))
             label_tokens = sum(len({(b, leaf[:k]) for b, leaf in g
-                                    for k in range(1, len(leaf) + 1)}) for g in groups)
+                                    for k in range(1, len(leaf) + 1)})
+                               for unit in groups for g in unit)
             assert decoded == n + sum(len(b.suffix) for b in job.branches) + label_tokens
-            assert sum(any(b == 0 for b, _ in g) for g in groups) > 4  # carried over
+            assert len(groups[0]) > 4  # the choice's suffix carried over
         check(engine, plain, cut)
 
 

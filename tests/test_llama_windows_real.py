@@ -120,8 +120,8 @@ def test_every_length_around_the_window_fits_and_matches_plain_decodes(
 @pytest.mark.parametrize("prefix", [WINDOW // 8, 2 * WINDOW])  # inside the window, past it
 def test_a_many_label_choice_gives_the_logits_of_plain_passes(model_path, rng, prefix):
     """A yes/no question, then 64 labels of three words sharing first tokens. One label
-    path a decode (n_parallel 1): the yes/no rides with the prefix, the choice's suffix
-    and first path follow, each later path is decoded alone on a copy of the sequence
+    path a decode (n_parallel 1): the prefix alone, the yes/no's suffix after it, the
+    choice's suffix and first path, then each later path alone on a copy of the sequence
     holding prefix and suffix: as a plain sequence of prefix, suffix and path decodes it,
     in the same batches and cells (flash attention on in both)."""
     serial = load_engine("llama", model_path, 4096, n_parallel=1)
@@ -145,7 +145,7 @@ def test_a_many_label_choice_gives_the_logits_of_plain_passes(model_path, rng, p
     assert len(leaves) == 64
     plain = PlainContext(model_path, 4096, N_BATCH, n_seq_max=2)
     try:
-        want_yn = plain.rows(text + yes_no.suffix)[-1]  # one batch, as the engine's
+        want_yn = plain.rows(text, yes_no.suffix)[-1]  # two decodes, as the engine's
         ll = plain.ll  # back to the prefix, the yes/no's cells free as in the engine
         ll.llama_memory_seq_rm(ll.llama_get_memory(plain.ctx), 0, n, -1)
         first = plain.probe(n, choice.suffix + leaves[0], WINDOW)[s - 1:]

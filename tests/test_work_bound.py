@@ -53,10 +53,10 @@ def test_the_bound_is_the_callers_to_set(decider):
 
 
 def test_llama_places_each_suffix_once_and_counts_each_decode(model_path):
-    """Its decodes hold at most n_parallel (4) label paths: 9 two-token labels take three
-    groups, the later two starting from a copy of the sequence that holds the suffix.
-    The measure: tokens, rows of logits (the answer position and the 9 first label
-    tokens) and the fixed cost of each decode."""
+    """The prefix is decoded alone; then each question's decodes hold at most n_parallel
+    (4) label paths: 9 two-token labels take three groups, the later two starting from a
+    copy of the sequence that holds the suffix. The measure: tokens, rows of logits (the
+    answer position and the 9 first label tokens) and the fixed cost of each decode."""
     engine = load_engine("llama", model_path, 2048, n_parallel=4)
     try:
         suffix = tuple(range(10, 30))
@@ -64,11 +64,13 @@ def test_llama_places_each_suffix_once_and_counts_each_decode(model_path):
         assert len(label_trie(job.branches[0].candidates)) == 10  # the answer position + 9
         rows = 1 + 9
         assert engine.work_tokens(job) == (3 + len(suffix) + 9 + rows * OUTPUT_TOKENS
-                                           + 3 * DECODE_TOKENS)
+                                           + 4 * DECODE_TOKENS)
         two = ScoreJob((2, 5, 6), (Branch(suffix, ((7, 8), (7, 9))),
                                    Branch(suffix[:5], ((4,),))))
-        assert engine.work_tokens(two) == (3 + len(suffix) + 1 + 5 + 3 * OUTPUT_TOKENS
-                                           + DECODE_TOKENS)  # one group
+        tokens = 3 + len(suffix) + 1 + 5 + 3 * OUTPUT_TOKENS
+        assert engine.work_tokens(two) == tokens + 3 * DECODE_TOKENS  # a decode a branch
+        one = ScoreJob(two.prefix, two.branches, questions=(2,))
+        assert engine.work_tokens(one) == tokens + 2 * DECODE_TOKENS  # one question, one group
     finally:
         engine.close()
 
