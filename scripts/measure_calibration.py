@@ -42,7 +42,7 @@ def main() -> int:
     p.add_argument("--train", type=int, default=300, help="training examples per set")
     p.add_argument("--test", type=int, default=500, help="test examples per set")
     p.add_argument("--seed", type=int, default=0, help="the samples' and folds' seed")
-    p.add_argument("--n-ctx", type=int, default=1024)
+    p.add_argument("--n-ctx", type=int, default=4096, help="the longest test texts need ~1,200")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
