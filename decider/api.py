@@ -22,12 +22,12 @@ from decider.engines import Engine, load_engine
 from .answers import Decision, Usage
 from .calibration import Calibration
 from .catalog import Catalog, ModelEntry
+from .chat_template import prompt_format
 from .engine_choice import choose_engine
 from .errors import DeciderError
 from .guard import LogitsGuard, guarded_score
 from .logs import default_to_stderr
 from .plan import Plan, Planner, check_work
-from .prompts import prompt_format
 from .questions import Limits, Question, Request, Scored
 
 log = structlog.get_logger("decider")

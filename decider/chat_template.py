@@ -22,7 +22,14 @@ from pathlib import Path
 
 from .engines.base import ChatTemplate
 from .errors import ConfigError
-from .prompts import CHAT_TEMPLATE, TEMPLATE_VERSION, Piece, PromptFormat, prompt_text
+from .prompts import (
+    CHAT_TEMPLATE,
+    FORMATS,
+    TEMPLATE_VERSION,
+    Piece,
+    PromptFormat,
+    prompt_text,
+)
 
 Tokenize = Callable[..., list[int]]  # (text, special=False): the model's tokenizer
 
@@ -58,6 +65,13 @@ class ChatTemplateFormat(PromptFormat):
 
     def render_end(self) -> tuple[Piece, ...]:
         return ((self.answer_end, True),)
+
+
+def prompt_format(name: str, template: ChatTemplate | None = None,
+                  tokenize: Tokenize | None = None) -> PromptFormat:
+    """The format called `name`: a hand-written one, or "chat-template", built from the
+    model's own template (EngineInfo.chat_template) and tokenizer (engine.tokenize)."""
+    return FORMATS[name] if name != CHAT_TEMPLATE else chat_format(template, tokenize)
 
 
 def chat_format(template: ChatTemplate | None, tokenize: Tokenize) -> ChatTemplateFormat:

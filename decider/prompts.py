@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from .engines.base import ChatTemplate
+from typing import Protocol
 
 TEMPLATE_VERSION = "1"  # bump whenever any format's text changes: answers move with it
 CHAT_TEMPLATE = "chat-template"  # the format built from the model's own chat template
@@ -120,17 +117,6 @@ FORMATS = {
 
 
 FORMAT_NAMES = (*FORMATS, CHAT_TEMPLATE)
-
-
-def prompt_format(name: str, template: ChatTemplate | None = None,
-                  tokenize: Callable[..., list[int]] | None = None) -> PromptFormat:
-    """The format called `name`: a hand-written one, or "chat-template", built from the
-    model's own template (EngineInfo.chat_template) and tokenizer (engine.tokenize)."""
-    if name != CHAT_TEMPLATE:
-        return FORMATS[name]
-    from .chat_template import chat_format  # jinja2, only for models that need it
-
-    return chat_format(template, tokenize)
 
 
 @dataclass(frozen=True, slots=True)

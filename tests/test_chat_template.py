@@ -12,13 +12,13 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from decider import Choice, Decider, Label, MultiLabel, Request, YesNo
-from decider.chat_template import stored_template
+from decider.chat_template import prompt_format, stored_template
 from decider.engines.base import ChatTemplate
 from decider.engines.llama_lib import captured_log, load_model
 from decider.engines.vocab import Vocab
 from decider.errors import ConfigError
 from decider.plan import build_plan
-from decider.prompts import CHAT_TEMPLATE, FORMATS, TEMPLATE_VERSION, prompt_format, prompt_text
+from decider.prompts import CHAT_TEMPLATE, FORMATS, TEMPLATE_VERSION, prompt_text
 from decider.questions import Limits
 from decider.service.frontend import _planner
 from decider.service.messages import ModelFacts, Ready, control, encode

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"decider": ROOT / "decider", "decider.engines": ROOT / "engines",
             "decider.kernels": ROOT / "kernels"}
 ROOMS = ("decider.service", "decider.http", "decider.systemone", "decider.bench",
-         "decider.commands")
+         "decider.commands", "decider.evaluation")
 OUTSIDE_THE_CORE = ("decider.client", "decider.__main__", "decider.v1", *ROOMS)
 ALLOWED = {("decider.api", "decider.systemone.mapping")}
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..answers import Decision, Outcome, Usage
 from ..calibration import Calibration
+from ..chat_template import prompt_format
 from ..errors import (
     FieldViolation,
     InvalidRequest,
@@ -22,7 +23,6 @@ from ..errors import (
     Unavailable,
 )
 from ..plan import Plan, Planner
-from ..prompts import prompt_format
 from ..questions import Limits, Request
 from .engine_client import EngineClient
 from .messages import ModelFacts
