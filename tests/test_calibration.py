@@ -36,12 +36,25 @@ def _draw(rng, logits: np.ndarray) -> np.ndarray:
     return (p.cumsum(axis=1) > rng.random((len(p), 1))).argmax(axis=1)
 
 
-@pytest.mark.parametrize(("k", "temperature"), [(2, 2.5), (4, 0.6), (7, 1.7)])
-def test_a_known_temperature_is_recovered_within_two_percent(rng, k, temperature):
-    logits = rng.normal(0, 2, (20000, k))
+def _temperature_standard_error(logits: np.ndarray, temperature: float) -> float:
+    """The maximum-likelihood fit's sampling error at the true temperature: the Fisher
+    information of beta = 1/T is the sum of each row's variance of the logits under its
+    probabilities, and se(T) = T^2 se(beta)."""
+    p = _softmax(logits / temperature)
+    variance = (p * logits**2).sum(axis=1) - (p * logits).sum(axis=1) ** 2
+    return temperature**2 / math.sqrt(variance.sum())
+
+
+@pytest.mark.parametrize(("k", "temperature", "n"), [(2, 2.5, 250_000), (4, 0.6, 100_000),
+                                                     (7, 1.7, 80_000)])
+def test_a_known_temperature_is_recovered_within_two_percent(rng, k, temperature, n):
+    logits = rng.normal(0, 2, (n, k))
     gold = _draw(rng, logits / temperature)  # the truth is the model's logits / T
     fitted = fit_branch(log_probs(_softmax(logits)), gold, [str(i) for i in range(k)],
                         seed=1, forms=("temperature",))
+    # n is chosen so that 2% is at least four standard errors: a fit this far off by
+    # chance happens 1 in 16,000 (20,000 rows left 2% at 1.2-2.3 of them, and it failed)
+    assert 4 * _temperature_standard_error(logits, temperature) <= 0.02 * temperature
     assert fitted.adjustment.temperature == pytest.approx(temperature, rel=0.02)
 
 
