@@ -12,6 +12,7 @@ from .questions import Answer
 class Usage:
     prompt_tokens: int  # the prefix plus every branch's suffix and label tokens
     window_tokens: int  # the longest single sequence, the one checked against n_ctx
+    cached_tokens: int = 0  # of the prefix, read from the engine's prefix cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,5 +48,6 @@ class Outcome:
         d = self.decision
         return {"version": __version__, "engine": d.engine, "model_sha256": self.model_sha256,
                 "template_version": self.template_version,
-                "window_tokens": d.usage.window_tokens, "queue_ms": self.queue_ms,
+                "window_tokens": d.usage.window_tokens,
+                "cached_tokens": d.usage.cached_tokens, "queue_ms": self.queue_ms,
                 "compute_ms": self.compute_ms}

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import structlog
 
-from decider.engines import Engine, load_engine
+from decider.engines import Engine, engine_class, engine_options, load_engine
+from decider.engines.prefix_cache import host_budget
 
 from .answers import Decision, Usage
 from .calibration import Calibration
@@ -43,8 +44,12 @@ class Decider:
         limits: Limits = Limits(),
         catalog: Catalog | None = None,
         calibration: str | Path | Calibration | None = None,
-        **engine_options,
+        prefix_cache_bytes: int | None = None,
+        **options,
     ) -> None:
+        """prefix_cache_bytes: the budget of the engine's prefix cache (docs/design.md, "The
+        prefix cache"); None: an eighth of the host's memory; 0: none. options: the
+        engine's own (n_threads, dtype, ...)."""
         default_to_stderr()
         if calibration is not None and not isinstance(calibration, Calibration):
             calibration = Calibration.load(calibration)  # a bad file fails before the load
@@ -54,13 +59,12 @@ class Decider:
         path = catalog.locate(self.entry)
         self.catalog = catalog
         self.limits = limits
-        self.engine: Engine = load_engine(
-            choose_engine(self.entry, path, engine),
-            path,
-            n_ctx or self.entry.n_ctx or None,
-            model_name=self.entry.name,
-            **engine_options,
-        )
+        engine = choose_engine(self.entry, path, engine)
+        if prefix_cache_bytes != 0 and "prefix_cache_bytes" in engine_options(
+                engine_class(engine)):
+            options["prefix_cache_bytes"] = prefix_cache_bytes or host_budget()
+        self.engine: Engine = load_engine(engine, path, n_ctx or self.entry.n_ctx or None,
+                                          model_name=self.entry.name, **options)
         info = self.engine.info
         fmt = prompt_format(self.entry.prompt_format, info.chat_template, self.engine.tokenize)
         self.planner = Planner(self.engine.tokenize, fmt, info.bos_id, info.n_ctx, limits,
@@ -153,7 +157,7 @@ class Decider:
         """The decision from a plan's guarded results (or the error they are)."""
         if isinstance(results, DeciderError):
             return results
-        usage = Usage(prompt_tokens=plan.prompt_tokens, window_tokens=plan.window_tokens)
+        usage = Usage(plan.prompt_tokens, plan.window_tokens, results.cached_tokens)
         return Decision(plan.read(results), self.entry.name, self.engine.name, usage)
 
     def close(self) -> None:

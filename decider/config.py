@@ -9,6 +9,7 @@ or a bad value is refused with the file, the key and the reason, before READY=1.
     [limits]   what one request may ask (decider.questions.Limits): max_text_bytes,
                max_questions, max_labels, max_question_chars, max_label_chars,
                max_description_chars, max_instructions_chars, max_work_tokens
+    [cache]    enabled, max_bytes (the engine's prefix cache)
     [paths]    cache_dir, catalog
     [http]     address, api_keys, key_file, tls_cert, tls_key, tls_client_ca, model_aliases,
                vendor_names, legacy_names, max_body_bytes, request_timeout_seconds,
@@ -72,6 +73,18 @@ class ModelSection:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheSection:
+    """The engine's prefix cache (docs/design.md, "The prefix cache")."""
+
+    enabled: bool = True
+    max_bytes: int = 0  # 0: an eighth of the host's memory
+
+    def budget(self) -> int | None:
+        """Decider's prefix_cache_bytes: 0 off, None the host's default."""
+        return (self.max_bytes or None) if self.enabled else 0
+
+
+@dataclass(frozen=True, slots=True)
 class PathsSection:
     cache_dir: str = ""  # model cache; "" is $DECIDER_CACHE_DIR or ~/.cache/decider
     catalog: str = ""  # user catalog; "" is $DECIDER_CATALOG or ~/.config/decider/models.toml
@@ -101,13 +114,15 @@ class Config:
     tls: TlsSection = TlsSection()
     model: ModelSection = ModelSection()
     limits: Limits = Limits()
+    cache: CacheSection = CacheSection()
     paths: PathsSection = PathsSection()
     http: HttpSection = HttpSection()
     source: str = field(default="(defaults)", compare=False)
 
 
 _SECTIONS = {"server": ServerSection, "tls": TlsSection, "model": ModelSection,
-             "limits": Limits, "paths": PathsSection, "http": HttpSection}
+             "limits": Limits, "cache": CacheSection, "paths": PathsSection,
+             "http": HttpSection}
 _CHOICES = {"log_format": ("json", "console", "auto"),
             "log_level": ("debug", "info", "warning", "error"),
             "dtype": ("", *DTYPES), "engine": ("", *ENGINES)}
@@ -122,7 +137,7 @@ FLAGS = {"listen": "server.listen", "max_queue": "server.max_queue",
          "tls_client_ca": "tls.client_ca", "allow_insecure_tcp": "tls.allow_insecure_tcp",
          "model": "model.name", "engine": "model.engine", "n_ctx": "model.n_ctx",
          "threads": "model.threads", "dtype": "model.dtype",
-         "calibration": "model.calibration",
+         "calibration": "model.calibration", "prefix_cache": "cache.enabled",
          "max_work_tokens": "limits.max_work_tokens", "http": "http.address"}
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from decider.engines.base import BranchResult, Engine, ScoreJob, Stop
+from decider.engines.base import BranchResult, Engine, JobResult, ScoreJob, Stop
 
 from .errors import ActivationOverflow, EngineNoLogits
 
@@ -62,7 +62,7 @@ class LogitsGuard:
 
 
 def guarded_score(engine: Engine, guard: LogitsGuard, jobs: Sequence[ScoreJob],
-                  stop: Stop | None = None) -> list[list[BranchResult] | Exception]:
+                  stop: Stop | None = None) -> list[JobResult | Exception]:
     """One engine call for the jobs, its rows checked by the guard; a job that `stop`
     ended has its error as its result. So does a job whose activations overflow: when a
     call of several overflows, its jobs are scored again one by one, so only the job at

@@ -9,9 +9,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .prefix_cache import PrefixCache
 
 Tokens = tuple[int, ...]
 
@@ -89,6 +92,16 @@ class NodeLogits:
 
 
 BranchResult = tuple[NodeLogits, ...]
+
+
+class JobResult(list):
+    """One job's results, a BranchResult for each branch in order, and how many tokens of
+    its prefix the engine read from its prefix cache instead of computing them."""
+
+    def __init__(self, branches=(), cached_tokens: int = 0) -> None:
+        super().__init__(branches)
+        self.cached_tokens = cached_tokens
+
 # Asked before each chunk of job i's work; an error returned is that job's result
 Stop = Callable[[int], Exception | None]
 
@@ -160,6 +173,8 @@ def check_windows(jobs: Sequence[ScoreJob], n_ctx: int) -> None:
 class Engine(Protocol):
     name: str
     info: EngineInfo
+    # saved prefix states (prefix_cache.py), or None where the engine keeps none
+    prefix_cache: PrefixCache | None
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         """Token ids of `text`, no BOS added. Plain text by default: spelled control
@@ -177,7 +192,7 @@ class Engine(Protocol):
         that this engine compiles or captures, so that no request pays for it."""
 
     def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
-              ) -> list[list[BranchResult] | Exception]:
+              ) -> list[JobResult | Exception]:
         """For each job, for each branch, the logits at every node of its label trie.
         stop(i) is asked before each chunk of job i (a deadline passed, the caller gone):
         the error it returns is job i's result and the rest of its work is skipped. An

@@ -7,6 +7,12 @@ of a unified KV cache (several branches and label paths per decode, each suffix 
 once), or, when the prefix is too long for the bounded sliding-window cache to share,
 appended to sequence 0 and rolled back, the prefix's last window held by a guard
 sequence meanwhile.
+
+With a prefix cache (prefix_cache.py), sequence 0's state is saved after the prefix's
+last multiple of n_batch and after its end (llama.cpp's state_seq_get_data), and a later
+job starts from the longest saved state of its prefix (state_seq_set_data into the
+cleared cache), decoding only the rest in the chunks a whole read would use: its logits
+are bit-equal to a fresh read's (tests/test_prefix_cache.py).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -28,8 +34,8 @@ from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 from .base import (
     DECODE_TOKENS,
     OUTPUT_TOKENS,
-    BranchResult,
     EngineInfo,
+    JobResult,
     NodeLogits,
     ScoreJob,
     Stop,
@@ -39,8 +45,26 @@ from .base import (
     resolve_n_ctx,
 )
 from .faults import begin_pass
-from .llama_layout import Copy, Decode, Entry, Remove, Repack, Step, job_steps
-from .llama_lib import captured_log, kv_caches, load_model, tokenizer_of
+from .llama_layout import (
+    PREFIX_SEQ,
+    Copy,
+    Decode,
+    Entry,
+    Remove,
+    Repack,
+    Save,
+    job_steps,
+    saved_lengths,
+)
+from .llama_lib import (
+    captured_log,
+    kv_caches,
+    load_model,
+    seq_state,
+    set_seq_state,
+    tokenizer_of,
+)
+from .prefix_cache import PrefixCache
 
 log = structlog.get_logger("decider.engines.llama")
 
@@ -62,6 +86,7 @@ class LlamaEngine:
         n_gpu_layers: int = 0,
         flash_attn: bool | None = None,
         repack: bool = False,
+        prefix_cache_bytes: int = 0,  # saved prefix states kept, in bytes; 0: none
     ) -> None:
         if not 1 <= n_parallel < 256:
             raise ConfigError(f"n_parallel must be in [1, 255], got {n_parallel}")
@@ -69,6 +94,7 @@ class LlamaEngine:
         self._lock = threading.Lock()  # a llama context is not thread-safe
         self._prev_outputs = 0  # rows the last decode wrote: poisoned before the next one
         self._model = self._ctx = self._batch = None
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes else None
         try:
             with captured_log() as lines:
                 n_ctx = self._load(lines, path, n_ctx, n_parallel, n_batch, n_threads,
@@ -161,9 +187,11 @@ class LlamaEngine:
     def work_tokens(self, job: ScoreJob) -> int:
         """The tokens and rows of logits of the job's decodes, and each decode's fixed
         cost. A decode longer than n_batch runs as several llama_decode calls: the fixed
-        cost of those past the first (DECODE_TOKENS in n_batch tokens) is left out."""
+        cost of those past the first (DECODE_TOKENS in n_batch tokens) is left out. The
+        whole prefix counts: the bound holds when the prefix cache misses."""
         tries = [label_trie(b.candidates) for b in job.branches]
-        decodes = [s.entries for s in self._steps(job, tries) if isinstance(s, Decode)]
+        steps = job_steps(job, tries, self._n_parallel, self.room, self._n_swa)
+        decodes = [s.entries for s in steps if isinstance(s, Decode)]
         return sum(len(entries) + DECODE_TOKENS
                    + OUTPUT_TOKENS * sum(e.out is not None for e in entries)
                    for entries in decodes)
@@ -173,9 +201,9 @@ class LlamaEngine:
         compiles no shape ahead."""
 
     def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
-              ) -> list[list[BranchResult] | Exception]:
+              ) -> list[JobResult | Exception]:
         check_windows(jobs, self.info.n_ctx)
-        results: list[list[BranchResult] | Exception] = []
+        results: list[JobResult | Exception] = []
         with self._lock:
             fault = begin_pass("llama.cpp")
             for i, job in enumerate(jobs):
@@ -199,11 +227,14 @@ class LlamaEngine:
     # -- one job ---------------------------------------------------------------------
 
     def _score_job(self, job: ScoreJob, fault: str | None,
-                   stop: Callable[[], Exception | None] | None) -> list[BranchResult]:
+                   stop: Callable[[], Exception | None] | None) -> JobResult:
         ll.llama_memory_clear(self._mem, True)
+        start = self._restore(job.prefix)
         tries = [label_trie(b.candidates) for b in job.branches]
         nodes: list[dict[Tokens, NodeLogits]] = [{} for _ in job.branches]
-        for step in self._steps(job, tries):
+        stride = self._n_batch if self.prefix_cache else 0
+        for step in job_steps(job, tries, self._n_parallel, self.room, self._n_swa, start,
+                              stride):
             if isinstance(step, Decode):
                 for (bi, path), node in self._decode(step.entries, fault, tries,
                                                      stop).items():
@@ -214,25 +245,46 @@ class LlamaEngine:
                 ll.llama_memory_seq_rm(self._mem, step.seq, step.p0, step.p1)
             elif isinstance(step, Repack):
                 self._repack(step)
-        return [tuple(n[p] for p in sorted(n, key=len)) for n in nodes]
+            elif isinstance(step, Save) and fault is None:  # never keep a faulted pass
+                self._save(job.prefix[: step.n])
+        return JobResult((tuple(n[p] for p in sorted(n, key=len)) for n in nodes), start)
+
+    def _restore(self, prefix: Tokens) -> int:
+        """Sequence 0 set to the longest saved state of the prefix, into the cleared cache;
+        the tokens it holds (0: none saved, or no cache). A state of part of the prefix
+        serves only a prefix within `room`: a longer one reuses sliding-window cells as
+        it is decoded, in an order that moves with where it started (its logits moved by
+        up to 0.017 on a tiny model), so it is read whole or not at all."""
+        if self.prefix_cache is None:
+            return 0
+        lengths = saved_lengths(prefix, self._n_batch) if len(prefix) <= self.room \
+            else [len(prefix)]
+        n, state = self.prefix_cache.longest(prefix, lengths)
+        if state is None:
+            return 0
+        if not set_seq_state(self._ctx, state, PREFIX_SEQ):
+            ll.llama_memory_clear(self._mem, True)  # what it placed, if anything, goes
+            raise EngineFailure("llama.cpp could not restore a saved prefix state")
+        return n
+
+    def _save(self, tokens: Tokens) -> None:
+        """Sequence 0's state, which holds exactly `tokens`, kept in the prefix cache."""
+        size = ll.llama_state_seq_get_size_ext(self._ctx, PREFIX_SEQ, 0)
+        if self.prefix_cache.wants(tokens, size) and (
+                state := seq_state(self._ctx, PREFIX_SEQ)) is not None:
+            self.prefix_cache.put(tokens, state)
 
     def _repack(self, step: Repack) -> None:
         """llama.cpp's sliding-window-only state of step.src, saved, then restored into
         step.dst: restoring first drops dst from every sliding cell (the full-attention
         cache keeps it), then places the saved cells in one block from the first free one."""
-        flags = ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
-        size = ll.llama_state_seq_get_size_ext(self._ctx, step.src, flags)
-        buf = (ctypes.c_uint8 * size)()
-        saved = ll.llama_state_seq_get_data_ext(self._ctx, buf, size, step.src, flags)
+        state = seq_state(self._ctx, step.src, ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY)
         ll.llama_memory_seq_rm(self._mem, step.src, -1, -1)
-        if saved != size or ll.llama_state_seq_set_data_ext(self._ctx, buf, size, step.dst,
-                                                            flags) != size:
+        if state is None or not set_seq_state(self._ctx, state, step.dst,
+                                              ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY):
             raise EngineFailure("llama.cpp could not repack its sliding-window cache")
 
     # -- llama_decode ----------------------------------------------------------------
-
-    def _steps(self, job: ScoreJob, tries: list[dict[Tokens, Tokens]]) -> Iterator[Step]:
-        return job_steps(job, tries, self._n_parallel, self.room, self._n_swa)
 
     def _decode(self, entries: Sequence[Entry], fault: str | None,
                 tries: list[dict[Tokens, Tokens]],

@@ -93,14 +93,23 @@ class Repack:
     dst: int
 
 
-Step = Decode | Copy | Remove | Repack
+@dataclass(frozen=True, slots=True)
+class Save:
+    """Keep the state of sequence 0, which holds exactly the prefix's first `n` tokens."""
+
+    n: int
+
+
+Step = Decode | Copy | Remove | Repack | Save
 
 
 def job_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: int, room: int,
-              window: int) -> Iterator[Step]:
-    """The prefix decoded alone, then each question (unit) in a layout of its own: the
-    shared ones first, then the alone ones."""
-    yield Decode(tuple(Entry(t, p, (PREFIX_SEQ,), None) for p, t in enumerate(job.prefix)))
+              window: int, start: int = 0, stride: int = 0) -> Iterator[Step]:
+    """The prefix decoded alone from `start` (the tokens restored from a saved state),
+    then each question (unit) in a layout of its own: the shared ones first, then the
+    alone ones. With a stride, the prefix's state is saved at its end and at its last
+    multiple of the stride."""
+    yield from prefix_steps(job.prefix, start, stride)
     alone = []
     for unit in job.units():
         groups = shared_groups(job, tries, unit, n_parallel, room)
@@ -113,6 +122,27 @@ def job_steps(job: ScoreJob, tries: list[dict[Tokens, Tokens]], n_parallel: int,
         yield Repack(GUARD_SEQ, PREFIX_SEQ)
     for unit in alone:
         yield from alone_steps(job, tries, unit, window)
+
+
+def prefix_steps(prefix: Tokens, start: int, stride: int) -> Iterator[Decode | Save]:
+    """prefix[start:] decoded, saved (stride > 0) at the last multiple of the stride before
+    its end and at its end. A decode of more than n_batch tokens runs as n_batch chunks
+    from its first token: with `stride` n_batch and `start` 0, a multiple of the stride
+    or the end, the chunks are those of a decode of the whole prefix, so a prefix read
+    from a saved state is computed as a fresh read computes it."""
+    n = len(prefix)
+    breaks = [b for b in ((n - 1) // stride * stride if stride else 0, n) if start < b]
+    for b in breaks:
+        yield Decode(tuple(Entry(prefix[p], p, (PREFIX_SEQ,), None) for p in range(start, b)))
+        if stride:
+            yield Save(b)
+        start = b
+
+
+def saved_lengths(prefix: Tokens, stride: int) -> list[int]:
+    """The prefix lengths a saved state of a job with this prefix may have: multiples of
+    the stride below its length, and its length."""
+    return [*range(stride, len(prefix), stride), len(prefix)]
 
 
 def _guarded(job: ScoreJob, window: int) -> int:

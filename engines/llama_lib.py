@@ -88,6 +88,20 @@ def tokenizer_of(model) -> Callable[..., list[int]]:
     return tokenize
 
 
+def seq_state(ctx, seq: int, flags: int = 0) -> bytearray | None:
+    """A copy of sequence `seq`'s cells (llama_state_seq_get_data); None if it failed."""
+    size = ll.llama_state_seq_get_size_ext(ctx, seq, flags)
+    state = bytearray(size)
+    buf = (ctypes.c_uint8 * size).from_buffer(state)
+    return state if ll.llama_state_seq_get_data_ext(ctx, buf, size, seq, flags) == size else None
+
+
+def set_seq_state(ctx, state: bytearray, seq: int, flags: int = 0) -> bool:
+    """`state` placed as sequence `seq` (llama_state_seq_set_data): whether it was."""
+    buf = (ctypes.c_uint8 * len(state)).from_buffer(state)
+    return ll.llama_state_seq_set_data_ext(ctx, buf, len(state), seq, flags) == len(state)
+
+
 @contextmanager
 def captured_log() -> Iterator[list[str]]:
     global _captured

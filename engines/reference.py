@@ -26,6 +26,7 @@ from . import reference_models
 from .base import (
     BranchResult,
     EngineInfo,
+    JobResult,
     NodeLogits,
     ScoreJob,
     Stop,
@@ -42,6 +43,7 @@ from .vocab import Vocab
 
 class ReferenceEngine:
     name = "reference"
+    prefix_cache = None  # none kept yet (docs/design.md, "The prefix cache")
 
     def __init__(self, model_path: str | Path, n_ctx: int | None = None, *, model_name: str = "",
                  n_threads: int | None = None, device: str = "cpu",
@@ -93,16 +95,16 @@ class ReferenceEngine:
         """Nothing to run: transformers in eager mode compiles no shape ahead."""
 
     def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
-              ) -> list[list[BranchResult] | Exception]:
+              ) -> list[JobResult | Exception]:
         """A job is its chunk: stop is asked before each."""
         check_windows(jobs, self.info.n_ctx)
         with self._lock:
             fault = begin_pass("reference")
             if fault:  # no buffer of its own to leave unwritten: every such pass reads zeros
-                return [[self._zeros(b) for b in job.branches] for job in jobs]
+                return [JobResult(self._zeros(b) for b in job.branches) for job in jobs]
             with torch.inference_mode():
-                return [(stop and stop(i)) or
-                        [self._branch(job.prefix, b.suffix, b.candidates) for b in job.branches]
+                return [(stop and stop(i)) or JobResult(
+                        self._branch(job.prefix, b.suffix, b.candidates) for b in job.branches)
                         for i, job in enumerate(jobs)]
 
     def _branch(self, prefix, suffix, candidates) -> BranchResult:

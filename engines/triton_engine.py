@@ -28,8 +28,8 @@ from decider.kernels.columns import columns
 
 from .base import (
     Branch,
-    BranchResult,
     EngineInfo,
+    JobResult,
     NodeLogits,
     ScoreJob,
     Stop,
@@ -55,6 +55,7 @@ _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 
 
 class TritonEngine:
     name = "triton"
+    prefix_cache = None  # none kept yet (docs/design.md, "The prefix cache")
 
     def __init__(self, model_path: str | Path, n_ctx: int | None = None, *, model_name: str = "",
                  device: str | None = None, dtype: str | None = None, n_batch: int | None = None,
@@ -134,7 +135,7 @@ class TritonEngine:
                 self.score([one] * n)
 
     def score(self, jobs: Sequence[ScoreJob], stop: Stop | None = None
-              ) -> list[list[BranchResult] | Exception]:
+              ) -> list[JobResult | Exception]:
         """The call's passes pack every job's tokens together: no job can stop alone, and
         `stop` is never asked (a pass takes milliseconds)."""
         check_windows(jobs, self.info.n_ctx)
@@ -256,7 +257,7 @@ def _head_indices(layout: Layout, stride: int = 0) -> tuple[list[int], list[int]
 
 
 def _results(jobs: Sequence[ScoreJob], layout: Layout, logits: np.ndarray,
-             lse: np.ndarray) -> list[list[BranchResult]]:
+             lse: np.ndarray) -> list[JobResult]:
     """Each output's logits as a view of the call's own array (read back fresh each call)."""
     results: list[list[list[NodeLogits]]] = [[[] for _ in j.branches] for j in jobs]
     lse = lse.tolist()
@@ -264,7 +265,7 @@ def _results(jobs: Sequence[ScoreJob], layout: Layout, logits: np.ndarray,
         row = logits[o.at : o.at + len(o.allowed)]
         results[o.job][o.branch].append(
             NodeLogits(o.path, o.allowed, row, lse[o.lse_at] if o.lse_at >= 0 else None))
-    return [[tuple(nodes) for nodes in branches] for branches in results]
+    return [JobResult(tuple(nodes) for nodes in branches) for branches in results]
 
 
 def _summary(gg: GGUFModel) -> str:

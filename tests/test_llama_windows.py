@@ -14,6 +14,7 @@ from decider.bench.random_gguf import Q4_K_M, T, write_tiny_gemma3
 from decider.engines import Branch, ScoreJob, label_trie, load_engine
 from decider.engines.base import trie_leaves
 from decider.engines.llama_layout import Decode, job_steps, shared_groups
+from helpers.llama_jobs import random_job
 from helpers.plain_llama import PlainContext
 
 WINDOW, N_BATCH, N_CTX, VOCAB = 64, 64, 1024, 600
@@ -47,28 +48,6 @@ def plain(tiny):
     llm = PlainContext(tiny, N_CTX, N_BATCH, n_seq_max=5, flash_attn=False)
     yield llm
     llm.close()
-
-
-def random_job(rng, prefix_len: int, questions: int, window_tokens: int | None = None,
-               suffix: tuple[int, int] = (3, 12)) -> ScoreJob:
-    """A prefix of prefix_len tokens and `questions` branches of suffix[0] to suffix[1]
-    tokens; the last two branches' labels are multi-token and share first tokens.
-    window_tokens: cut the prefix so the longest branch ends exactly at that many."""
-    def ids(n):
-        return tuple(int(t) for t in rng.integers(4, VOCAB, n))
-
-    branches = []
-    for q in range(questions):
-        if q < max(1, questions - 2):
-            labels = ((5,), (6,))
-        else:
-            a, b = ids(2)
-            labels = ((a, b, 7), (a, 8), (b,), (9, 10, 11))
-        branches.append(Branch(ids(int(rng.integers(*suffix))), labels))
-    branches = tuple(branches)
-    if window_tokens is not None:
-        prefix_len = window_tokens - max(b.positions() + 1 for b in branches)
-    return ScoreJob((2, *ids(prefix_len - 1)), branches)
 
 
 def many_labels(rng, n: int) -> tuple[tuple[int, ...], ...]:

@@ -79,6 +79,7 @@ def run_bench(model: str | None, *, repeat: int, tokens: int, n_threads: int | N
     """options: Decider's (engine, n_ctx, limits, engine options)."""
     threads = n_threads or os.cpu_count() or 1
     catalog = Catalog()
+    options["prefix_cache_bytes"] = 0  # it times the same prompt read again and again
     decider = Decider(model, catalog=catalog, n_threads=threads, **options)
     fmt = decider.planner.format
     tok = decider.engine.tokenize

@@ -40,7 +40,8 @@ def flag_config(args: argparse.Namespace) -> Config:
 
 def load_options(cfg: Config) -> dict:
     m = cfg.model
-    opts = {"engine": m.engine or None, "n_ctx": m.n_ctx or None}
+    opts = {"engine": m.engine or None, "n_ctx": m.n_ctx or None,
+            "prefix_cache_bytes": cfg.cache.budget()}
     if m.threads:
         opts["n_threads"] = m.threads
     if m.dtype:

@@ -161,6 +161,8 @@ def _add_load_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DTYPES,
                    help="activation dtype of the triton and reference engines (default: "
                    "float16 on CUDA, float32 on the CPU)")
+    p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_const", const=False,
+                   help="keep no prefix cache: every request reads its whole prompt")
     p.add_argument("--max-work-tokens", type=int,
                    help="refuse a request whose engine call places more tokens (default "
                    f"{Limits().max_work_tokens})")

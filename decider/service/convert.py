@@ -79,7 +79,8 @@ def response_to_proto(outcome: Outcome) -> pb.DecideResponse:
     d = outcome.decision
     return pb.DecideResponse(
         answers=[answer_to_proto(a) for a in d.answers],
-        usage=pb.Usage(prompt_tokens=d.usage.prompt_tokens, window_tokens=d.usage.window_tokens),
+        usage=pb.Usage(prompt_tokens=d.usage.prompt_tokens, window_tokens=d.usage.window_tokens,
+                       cached_tokens=d.usage.cached_tokens),
         timings=pb.Timings(queue_ms=outcome.queue_ms, compute_ms=outcome.compute_ms),
         provenance=pb.Provenance(decider_version=__version__, engine=d.engine, model=d.model,
                                  model_sha256=outcome.model_sha256,
@@ -91,7 +92,7 @@ def decision_from_proto(r: pb.DecideResponse) -> Decision:
         tuple(answer_from_proto(a) for a in r.answers),
         r.provenance.model,
         r.provenance.engine,
-        Usage(r.usage.prompt_tokens, r.usage.window_tokens),
+        Usage(r.usage.prompt_tokens, r.usage.window_tokens, r.usage.cached_tokens),
     )
 
 

@@ -12,12 +12,13 @@ back raw but guarded, one message per front end per call (decider/service/messag
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 import zmq
 
 from ..engines import Engine, ScoreJob
+from ..engines.prefix_cache import CacheStats
 from ..errors import Cancelled, DeadlineExceeded, DeciderError, EngineFailure, QueueFull
 from ..guard import LogitsGuard, guarded_score
 from ..plan import check_work
@@ -57,6 +58,7 @@ class EngineLoop:
         self._waiting: dict[tuple[bytes, int], _Waiting] = {}  # arrival order
         self._running: dict[tuple[bytes, int], _Waiting] = {}  # in the engine call now
         self._replies: dict[bytes, list[Answered | Refused]] = {}
+        self._cache_counted = CacheStats()  # the prefix cache's counts already in metrics
 
     def serve(self, sock: zmq.Socket, control) -> int:
         """Until the supervisor says stop (then every accepted request is answered first),
@@ -153,14 +155,28 @@ class EngineLoop:
         finally:
             self._running = {}
             self.metrics.engine_busy.set(0)
+            self._count_cache()
         compute_ms = 1000 * (time.monotonic() - started)
         for w, r in zip(batch, results, strict=True):
             if isinstance(r, DeciderError):
                 self._refuse(w.sender, w.rid, r)
             else:
                 self._reply(w.sender, Answered(w.rid, r, 1000 * (started - w.sent),
-                                               compute_ms))
+                                               compute_ms, r.cached_tokens))
         return False
+
+    def _count_cache(self) -> None:
+        """The prefix cache's counts since the last call, into the metrics."""
+        if self.engine.prefix_cache is None:
+            return
+        now, was = replace(self.engine.prefix_cache.stats), self._cache_counted
+        m = self.metrics
+        m.cache_lookups.labels("hit").inc(now.hits - was.hits)
+        m.cache_lookups.labels("miss").inc(now.misses - was.misses)
+        m.cache_tokens.inc(now.hit_tokens - was.hit_tokens)
+        m.cache_evictions.inc(now.evictions - was.evictions)
+        m.cache_bytes.set(now.bytes)
+        self._cache_counted = now
 
     def _refuse(self, sender: bytes, rid: int, error: DeciderError) -> None:
         self._reply(sender, Refused(rid, WireError.of(error)))

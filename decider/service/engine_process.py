@@ -39,7 +39,8 @@ def load_model(cfg: Config):
     options = {k: v for k, v in (("n_threads", m.threads), ("n_gpu_layers", m.gpu_layers),
                                  ("dtype", m.dtype)) if v}
     d = Decider(entry, engine=m.engine or None, n_ctx=m.n_ctx or None, limits=cfg.limits,
-                catalog=catalog, calibration=m.calibration or None, **options)
+                catalog=catalog, calibration=m.calibration or None,
+                prefix_cache_bytes=cfg.cache.budget(), **options)
     try:
         _ = d.model_sha256  # hashed before READY, not on the first request
         d.engine.warm_up(cfg.server.max_batch)

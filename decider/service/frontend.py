@@ -154,7 +154,7 @@ class Frontend:
             self._held[caller] -= 1
             if not self._held[caller]:
                 del self._held[caller]
-        usage = Usage(prompt_tokens=plan.prompt_tokens, window_tokens=plan.window_tokens)
+        usage = Usage(plan.prompt_tokens, plan.window_tokens, answered.cached_tokens)
         decision = Decision(plan.read(answered.results), served.facts.name,
                             served.facts.engine, usage)
         return Outcome(decision, answered.queue_ms, answered.compute_ms, served.facts.sha256,

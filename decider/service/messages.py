@@ -88,6 +88,7 @@ class Answered(msgspec.Struct, tag=True, array_like=True):
     results: list[BranchResult]  # guarded raw label logits, one result a branch
     queue_ms: float
     compute_ms: float
+    cached_tokens: int = 0  # of the prefix, read from the engine's prefix cache
 
 
 class Refused(msgspec.Struct, tag=True, array_like=True):

@@ -37,6 +37,15 @@ class Metrics:
                                        "the engine", registry=r)
         self.engine_failures = Counter("decider_engine_failures", "Engine calls that failed, "
                                        "by reason", ["reason"], registry=r)
+        self.cache_lookups = Counter("decider_prefix_cache_lookups", "Requests that looked "
+                                     "for their prefix in the engine's prefix cache, by "
+                                     "result (hit, miss)", ["result"], registry=r)
+        self.cache_tokens = Counter("decider_prefix_cache_hit_tokens", "Prefix tokens read "
+                                    "from the prefix cache instead of computed", registry=r)
+        self.cache_evictions = Counter("decider_prefix_cache_evictions", "Saved prefixes "
+                                       "dropped to stay within the cache's budget", registry=r)
+        self.cache_bytes = Gauge("decider_prefix_cache_bytes", "Bytes the prefix cache holds",
+                                 registry=r, multiprocess_mode="livesum")
         # the daemon's
         self.engine_up = Gauge("decider_engine_up", "1 while an engine process is serving",
                                registry=r, multiprocess_mode="livesum")

@@ -20,6 +20,7 @@ from .decisions_schema import (
     DecisionResponse,
     DecisionUsage,
     ImagePart,
+    InputDetails,
     JsonPart,
     Reader,
 )
@@ -83,7 +84,9 @@ class Decided:
         return DecisionResponse(
             model=d.model,
             answers=[read(a) for read, a in zip(self.readers, d.answers, strict=True)],
-            usage=DecisionUsage(input_tokens=tokens, total_tokens=tokens),
+            usage=DecisionUsage(input_tokens=tokens, total_tokens=tokens,
+                                input_tokens_details=InputDetails(
+                                    cached_tokens=d.usage.cached_tokens)),
             x_decider=outcome.provenance())
 
 

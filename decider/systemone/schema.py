@@ -196,6 +196,8 @@ class Provenance(BaseModel):
     model_sha256: str
     template_version: str
     window_tokens: int = Field(description="The longest sequence, checked against n_ctx.")
+    cached_tokens: int = Field(description="Tokens of the text's prefix read from the "
+                               "engine's prefix cache instead of computed.")
     queue_ms: float
     compute_ms: float
 

@@ -157,12 +157,14 @@ class Answer(_message.Message):
     def __init__(self, question: _Optional[str] = ..., label_mass: _Optional[float] = ..., yes_no: _Optional[_Union[YesNoAnswer, _Mapping]] = ..., choice: _Optional[_Union[ChoiceAnswer, _Mapping]] = ..., multi_label: _Optional[_Union[MultiLabelAnswer, _Mapping]] = ..., scale: _Optional[_Union[ScaleAnswer, _Mapping]] = ..., calibrated: _Optional[bool] = ..., raw: _Optional[_Union[Answer, _Mapping]] = ..., abstained: _Optional[bool] = ..., abstain_reason: _Optional[str] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("prompt_tokens", "window_tokens")
+    __slots__ = ("prompt_tokens", "window_tokens", "cached_tokens")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     window_tokens: int
-    def __init__(self, prompt_tokens: _Optional[int] = ..., window_tokens: _Optional[int] = ...) -> None: ...
+    cached_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., window_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class Timings(_message.Message):
     __slots__ = ("queue_ms", "compute_ms")
