@@ -32,9 +32,18 @@ def test_flags_override_the_file():
     assert with_flags(Config(), {"max_work_tokens": 999}).limits.max_work_tokens == 999
 
 
+def test_the_prefix_cache_is_on_with_the_hosts_budget_unless_turned_off():
+    assert Config().cache.budget() is None  # Decider's default: a share of the host
+    assert parse_config("[cache]\nmax_bytes = 1000\n", "f.toml").cache.budget() == 1000
+    assert parse_config("[cache]\nenabled = false\n", "f.toml").cache.budget() == 0
+    assert with_flags(Config(), {"prefix_cache": False}).cache.budget() == 0
+
+
 @pytest.mark.parametrize(
     "text, words",
     [
+        ("[cache]\nmax_bytes = -1\n", "cache.max_bytes: must not be negative"),
+        ("[cache]\nenabled = 1\n", "cache.enabled: must be bool"),
         ("[server]\nmax_queue = 0\n", "server.max_queue: must be positive"),
         ("[server]\nmax_batch = 'many'\n", "server.max_batch: must be int"),
         ("[server]\nlisten = []\n", "server.listen: must be a non-empty list"),

@@ -160,6 +160,37 @@ def test_an_address_another_program_holds_is_refused_before_loading(tmp_path):
         assert path.exists()  # not unlinked
 
 
+def test_a_text_asked_again_reads_its_prefix_from_the_cache_until_a_reload(daemon):
+    """The second request about a text reports its prefix as cached (gRPC usage, System One
+    x_decider, the metrics) with the same answer; a reload starts an empty cache."""
+    text = "My parcel arrived broken and the box was soaked. " * 3
+
+    def ask():
+        with DeciderClient(daemon.address, timeout=60) as c:
+            return c.decide(text, [YesNo("Is the parcel damaged?")])
+
+    hits = daemon.metric("decider_prefix_cache_hit_tokens_total")
+    first, again = ask(), ask()
+    assert first.usage.cached_tokens == 0
+    assert 20 < again.usage.cached_tokens < again.usage.prompt_tokens
+    assert again.answers[0].p_yes == first.answers[0].p_yes
+    assert daemon.metric("decider_prefix_cache_hit_tokens_total") - hits \
+        == again.usage.cached_tokens
+    assert daemon.metric("decider_prefix_cache_bytes") > 0
+    body = json.dumps({"model": "gemma-3-270m", "state": "The lid was cracked. " * 4,
+                       "questions": {"q": {"type": "noul", "instructions": "Damaged?"}}})
+    for cached in (False, True):
+        request = urllib.request.Request(daemon.http + "/v1/systemone", body.encode(),
+                                         {"Content-Type": "application/json"})
+        reply = json.load(urllib.request.urlopen(request, timeout=60))
+        assert (reply["x_decider"]["cached_tokens"] > 0) == cached
+    engine = daemon.wait_engine()
+    daemon.proc.send_signal(signal.SIGHUP)
+    daemon.wait_engine(other_than=engine)
+    wait_until(lambda: serving(daemon), 120)
+    assert ask().usage.cached_tokens == 0
+
+
 def test_an_idle_engine_that_dies_is_replaced(daemon):
     """Killed before it answers anything (the OOM killer at rest): a new engine serves,
     and health answers within 100 ms throughout (the tokenizer loads off the loop)."""
