@@ -94,7 +94,7 @@ class LlamaEngine:
         self._lock = threading.Lock()  # a llama context is not thread-safe
         self._prev_outputs = 0  # rows the last decode wrote: poisoned before the next one
         self._model = self._ctx = self._batch = None
-        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes else None
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes != 0 else None
         try:
             with captured_log() as lines:
                 n_ctx = self._load(lines, path, n_ctx, n_parallel, n_batch, n_threads,

@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from decider.errors import ConfigError
+
 Tokens = tuple[int, ...]  # as engines/base.py's, which names this class in its protocol
 
 HOST_SHARE = 8  # the default budget is this fraction of the host's memory: an eighth
@@ -34,6 +36,7 @@ class CacheStats:
     hits: int = 0  # jobs that found a saved prefix
     misses: int = 0  # jobs that found none
     hit_tokens: int = 0  # prefix tokens read from saved states instead of computed
+    saved: int = 0  # states kept
     evictions: int = 0  # states dropped to stay within the budget
     bytes: int = 0  # held now
     states: int = 0  # held now
@@ -42,7 +45,8 @@ class CacheStats:
 class PrefixCache:
     def __init__(self, max_bytes: int) -> None:
         if max_bytes <= 0:
-            raise ValueError(f"a prefix cache needs a positive budget, got {max_bytes} bytes")
+            raise ConfigError(f"prefix_cache_bytes must be positive (0: no cache), got "
+                              f"{max_bytes}", prefix_cache_bytes=max_bytes)
         self.max_bytes = max_bytes
         self.stats = CacheStats()
         self._states: OrderedDict[Tokens, bytearray] = OrderedDict()
@@ -71,16 +75,13 @@ class PrefixCache:
         if not self.wants(tokens, len(state)):
             return
         self._states[tokens] = state
+        self.stats.saved += 1
         self.stats.bytes += len(state)
         while self.stats.bytes > self.max_bytes:
             _, dropped = self._states.popitem(last=False)
             self.stats.bytes -= len(dropped)
             self.stats.evictions += 1
         self.stats.states = len(self._states)
-
-    def clear(self) -> None:
-        self._states.clear()
-        self.stats.bytes = self.stats.states = 0
 
     def order(self) -> list[Tokens]:
         """The saved prefixes, least recently used first."""

@@ -160,6 +160,32 @@ def test_the_cache_keeps_its_budget_and_drops_the_least_recently_used(ops):
         assert cache.order() == [t for t, _ in model]
 
 
+def test_ten_thousand_distinct_states_keep_memory_within_the_budget(tiny, rng):
+    """A hostile stream: every job a state never seen, 10,000 of them. The cache holds at
+    most its budget after every call, counts every state it dropped, and the process's
+    memory stops growing once the cache is full."""
+    budget = 2**20
+    engine = load_engine("llama", tiny, N_CTX, n_batch=N_BATCH, prefix_cache_bytes=budget)
+    try:
+        stats = engine.prefix_cache.stats
+        for call in range(100):
+            engine.score([random_job(rng, int(rng.integers(10, 30)), 1, suffix=(1, 3))
+                          for _ in range(100)])
+            assert stats.bytes <= budget
+            if call == 9:
+                rss_full = _rss()
+        assert stats.misses == 10_000 and stats.hits == 0
+        assert stats.evictions == stats.saved - stats.states > 0
+        assert _rss() - rss_full < 32 * 2**20
+    finally:
+        engine.close()
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
 def test_a_state_larger_than_the_budget_is_not_kept():
     cache = PrefixCache(100)
     cache.put((1,), bytearray(60))
