@@ -162,7 +162,8 @@ def test_an_address_another_program_holds_is_refused_before_loading(tmp_path):
 
 def test_a_text_asked_again_reads_its_prefix_from_the_cache_until_a_reload(daemon):
     """The second request about a text reports its prefix as cached (gRPC usage, System One
-    x_decider, the metrics) with the same answer; a reload starts an empty cache."""
+    x_decider, the metrics) with the same answer; a reload that loads the model again
+    starts an empty cache."""
     text = "My parcel arrived broken and the box was soaked. " * 3
 
     def ask():
@@ -185,9 +186,11 @@ def test_a_text_asked_again_reads_its_prefix_from_the_cache_until_a_reload(daemo
         reply = json.load(urllib.request.urlopen(request, timeout=60))
         assert (reply["x_decider"]["cached_tokens"] > 0) == cached
     engine = daemon.wait_engine()
+    with daemon.config.open("a") as config:  # a reload that loads: a new engine
+        config.write("[cache]\nmax_bytes = 268435456\n")
     daemon.proc.send_signal(signal.SIGHUP)
-    daemon.wait_engine(other_than=engine)
-    wait_until(lambda: serving(daemon), 120)
+    new = daemon.wait_engine(other_than=engine)  # it loads while the old one serves
+    wait_until(lambda: daemon.engine_pids() == [new] and serving(daemon), 120)
     assert ask().usage.cached_tokens == 0
 
 

@@ -195,10 +195,10 @@ def test_a_request_past_its_deadline_stops_holding_the_engine(tmp_path, model_pa
     chunk, so a short request queued behind it (one request per engine call) waits for
     about a chunk, not for the rest of the long one."""
     daemon = spawn(tmp_path, "--n-ctx", "4096", "--max-batch", "1")
-    long_request = requests(3000, 1)[0]
+    timed, long_request = requests(3000, 2)  # two texts: the second is not in the cache
     try:
         with DeciderClient(daemon.address, timeout=300) as c:
-            alone_ms = c.decide_raw(long_request).timings.compute_ms
+            alone_ms = c.decide_raw(timed).timings.compute_ms
 
         async def scenario():
             async with AsyncDeciderClient(daemon.address, timeout=alone_ms / 6000) as late, \

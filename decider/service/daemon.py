@@ -63,7 +63,8 @@ class Life(enum.Enum):
 
 def _engine_side(cfg: Config) -> tuple:
     """What an engine process is started with: a change needs a new one."""
-    return cfg.model, cfg.paths, cfg.limits, cfg.server.max_batch, cfg.server.max_queue
+    return (cfg.model, cfg.paths, cfg.limits, cfg.cache, cfg.server.max_batch,
+            cfg.server.max_queue)
 
 
 class Daemon:
