@@ -8,6 +8,7 @@ import asyncio
 import json
 import socket
 import time
+from dataclasses import replace
 
 import grpc
 import httpx2
@@ -132,7 +133,9 @@ def test_grpc_and_http_give_the_in_process_answers(cache_dir, decider):
             reply = pb_grpc.DeciderStub(channel).Decide(
                 request_to_proto(asked.request, MODEL), timeout=300)
     over_grpc = decision_from_proto(reply)
-    assert over_grpc == decider.decide_request(asked.request)
+    # the gRPC request read the state the HTTP one left in the daemon's prefix cache
+    assert over_grpc.usage.cached_tokens > 0
+    assert _uncached(over_grpc) == _uncached(decider.decide_request(asked.request))
     here = decider.decide_systemone(body)
     assert (over_http["answers"], over_http["usage"]) == (here["answers"], here["usage"])
     as_systemone = asked.response(Outcome(over_grpc, 0.0, 0.0, reply.provenance.model_sha256,
@@ -142,3 +145,8 @@ def test_grpc_and_http_give_the_in_process_answers(cache_dir, decider):
     for provenance in (over_http["x_decider"], as_systemone["x_decider"]):
         assert provenance["model_sha256"] == here["x_decider"]["model_sha256"]
         assert provenance["template_version"] == here["x_decider"]["template_version"]
+
+
+def _uncached(decision):
+    """A decision as a fresh read gives it: the prefix cache moves only cached_tokens."""
+    return replace(decision, usage=replace(decision.usage, cached_tokens=0))
