@@ -271,7 +271,7 @@ class LlamaEngine:
         """Sequence 0's state, which holds exactly `tokens`, kept in the prefix cache."""
         size = ll.llama_state_seq_get_size_ext(self._ctx, PREFIX_SEQ, 0)
         if self.prefix_cache.wants(tokens, size) and (
-                state := seq_state(self._ctx, PREFIX_SEQ)) is not None:
+                state := seq_state(self._ctx, PREFIX_SEQ, size=size)) is not None:
             self.prefix_cache.put(tokens, state)
 
     def _repack(self, step: Repack) -> None:

@@ -88,9 +88,10 @@ def tokenizer_of(model) -> Callable[..., list[int]]:
     return tokenize
 
 
-def seq_state(ctx, seq: int, flags: int = 0) -> bytearray | None:
-    """A copy of sequence `seq`'s cells (llama_state_seq_get_data); None if it failed."""
-    size = ll.llama_state_seq_get_size_ext(ctx, seq, flags)
+def seq_state(ctx, seq: int, flags: int = 0, size: int | None = None) -> bytearray | None:
+    """A copy of sequence `seq`'s cells (llama_state_seq_get_data); None if it failed.
+    size: its llama_state_seq_get_size, where the caller has it already."""
+    size = size or ll.llama_state_seq_get_size_ext(ctx, seq, flags)
     state = bytearray(size)
     buf = (ctypes.c_uint8 * size).from_buffer(state)
     return state if ll.llama_state_seq_get_data_ext(ctx, buf, size, seq, flags) == size else None
