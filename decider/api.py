@@ -18,7 +18,6 @@ from pathlib import Path
 import structlog
 
 from decider.engines import Engine, engine_class, engine_options, load_engine
-from decider.engines.prefix_cache import host_budget
 
 from .answers import Decision, Usage
 from .calibration import Calibration
@@ -48,8 +47,8 @@ class Decider:
         **options,
     ) -> None:
         """prefix_cache_bytes: the budget of the engine's prefix cache (docs/design.md, "The
-        prefix cache"); None: an eighth of the host's memory; 0: none. options: the
-        engine's own (n_threads, dtype, ...)."""
+        prefix cache"); None: the engine's default (a share of the memory it keeps them in);
+        0: none. options: the engine's own (n_threads, dtype, ...)."""
         default_to_stderr()
         if calibration is not None and not isinstance(calibration, Calibration):
             calibration = Calibration.load(calibration)  # a bad file fails before the load
@@ -62,7 +61,7 @@ class Decider:
         engine = choose_engine(self.entry, path, engine)
         if prefix_cache_bytes != 0 and "prefix_cache_bytes" in engine_options(
                 engine_class(engine)):
-            options["prefix_cache_bytes"] = prefix_cache_bytes or host_budget()
+            options["prefix_cache_bytes"] = prefix_cache_bytes  # None: the engine's default
         self.engine: Engine = load_engine(engine, path, n_ctx or self.entry.n_ctx or None,
                                           model_name=self.entry.name, **options)
         info = self.engine.info

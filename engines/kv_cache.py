@@ -4,9 +4,22 @@ that reads another's keys and values (Gemma 4's KV-shared layers) has no cache a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 Layout = list[tuple[bool, int, int] | None]  # per layer (sliding, kv heads, head dim), or None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A copy of the cache's filled slots, on its device: what the prefix cache keeps."""
+
+    length: int
+    slots: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]  # k, v, pos a layer
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for kvp in self.slots if kvp for t in kvp)
 
 
 class KVCache:
@@ -51,6 +64,22 @@ class KVCache:
         pos = torch.arange(first, first + keep, dtype=torch.int32, device=k.device)
         slot = pos % n
         self.k[layer][slot], self.v[layer][slot], self.pos[layer][slot] = k[-keep:], v[-keep:], pos
+
+    def snapshot(self) -> Snapshot:
+        """A copy of every filled slot: restored, the cache is as it is now, bit for bit
+        (a ring's slots in the same places)."""
+        return Snapshot(self.length, [None if k is None else tuple(
+            t[:min(self.length, len(t))].clone() for t in (k, self.v[i], self.pos[i]))
+            for i, k in enumerate(self.k)])
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """The cache as it was when `snapshot` was taken."""
+        self.clear()
+        for i, kvp in enumerate(snapshot.slots):
+            if kvp is not None:
+                n = len(kvp[0])
+                self.k[i][:n], self.v[i][:n], self.pos[i][:n] = kvp
+        self.length = snapshot.length
 
     def advance(self, t: int) -> None:
         """After every layer wrote the same t tokens."""

@@ -54,7 +54,6 @@ from .llama_layout import (
     Repack,
     Save,
     job_steps,
-    saved_lengths,
 )
 from .llama_lib import (
     captured_log,
@@ -64,7 +63,7 @@ from .llama_lib import (
     set_seq_state,
     tokenizer_of,
 )
-from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, host_budget, saved_lengths
 
 log = structlog.get_logger("decider.engines.llama")
 
@@ -86,7 +85,7 @@ class LlamaEngine:
         n_gpu_layers: int = 0,
         flash_attn: bool | None = None,
         repack: bool = False,
-        prefix_cache_bytes: int = 0,  # saved prefix states kept, in bytes; 0: none
+        prefix_cache_bytes: int | None = 0,  # saved prefix states, bytes; 0: none, None: host's
     ) -> None:
         if not 1 <= n_parallel < 256:
             raise ConfigError(f"n_parallel must be in [1, 255], got {n_parallel}")
@@ -94,7 +93,8 @@ class LlamaEngine:
         self._lock = threading.Lock()  # a llama context is not thread-safe
         self._prev_outputs = 0  # rows the last decode wrote: poisoned before the next one
         self._model = self._ctx = self._batch = None
-        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes != 0 else None
+        self.prefix_cache = None if prefix_cache_bytes == 0 else \
+            PrefixCache(prefix_cache_bytes or host_budget())
         try:
             with captured_log() as lines:
                 n_ctx = self._load(lines, path, n_ctx, n_parallel, n_batch, n_threads,
@@ -272,7 +272,7 @@ class LlamaEngine:
         size = ll.llama_state_seq_get_size_ext(self._ctx, PREFIX_SEQ, 0)
         if self.prefix_cache.wants(tokens, size) and (
                 state := seq_state(self._ctx, PREFIX_SEQ, size=size)) is not None:
-            self.prefix_cache.put(tokens, state)
+            self.prefix_cache.put(tokens, state, size)
 
     def _repack(self, step: Repack) -> None:
         """llama.cpp's sliding-window-only state of step.src, saved, then restored into

@@ -139,12 +139,6 @@ def prefix_steps(prefix: Tokens, start: int, stride: int) -> Iterator[Decode | S
         start = b
 
 
-def saved_lengths(prefix: Tokens, stride: int) -> list[int]:
-    """The prefix lengths a saved state of a job with this prefix may have: multiples of
-    the stride below its length, and its length."""
-    return [*range(stride, len(prefix), stride), len(prefix)]
-
-
 def _guarded(job: ScoreJob, window: int) -> int:
     """The first position of the prefix a token after it sees in a sliding layer; with no
     sliding layers, none (nothing to guard)."""

@@ -5,7 +5,8 @@ off the prefix's last token, each branch's label-trie nodes below its suffix (le
 order of the paths is pre-order). A pass packs whole trees up to `budget` tokens, with
 the (lo, end) bounds of kernels/attention.py for full and sliding layers. A job larger
 than the budget goes through the KV cache instead: its prefix in chunks that write the
-cache, then its branches, in passes that read it (their trees rooted at the suffix).
+cache, then its branches, in passes that read it (their trees rooted at the suffix). So
+does a job routed there to reuse a saved prefix or to save one (the prefix cache).
 """
 
 from __future__ import annotations
@@ -35,6 +36,20 @@ class Output:
 
 
 @dataclass(frozen=True, slots=True)
+class Route:
+    """A job sent through the KV cache for the prefix cache's sake: `state`, a saved cache
+    of its prefix's first `start` tokens (None: start is 0), restored before its first
+    pass; the rest of the prefix written in chunks that end at each multiple of `stride`
+    (at most the budget), so that the chunks are the same whatever was restored; the
+    cache after the chunks that end at `saves` kept."""
+
+    start: int
+    state: object
+    stride: int
+    saves: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Layout:
     passes: list[Pass]
     outputs: list[Output]  # in the order the passes read them
@@ -51,6 +66,8 @@ class Pass:
     def __init__(self, window: int, cache: str = "") -> None:
         self.window = window
         self.cache = cache  # "" packed trees; "write" a prefix chunk; "read" branches after
+        self.restore: object = None  # a saved cache to restore before this pass
+        self.save: Tokens | None = None  # the prefix whose cache to save after it
         self.rows: list[int] = []  # the token read by each output, in output order
         self.tokens = 0
         self._ids: list[Tokens] = []
@@ -157,10 +174,12 @@ def _place_prefix(pb: Pass, prefix: Tokens, start: int, tree_end: int) -> None:
     pb.chain(prefix, start, base, tree_end, base, start == 0)
 
 
-def lay_out(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = None) -> Layout:
+def lay_out(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = None,
+            routes: dict[int, Route] | None = None) -> Layout:
     """budget: the most tokens a pass holds (a larger job goes through the cache); pack:
     where a pass of several trees closes (budget unless given), so that passes fit the
-    engine's captured graphs while one tree of up to `budget` still goes whole."""
+    engine's captured graphs while one tree of up to `budget` still goes whole; routes:
+    the jobs, by index, that go through the cache for the prefix cache."""
     pack = min(pack or budget, budget)
     passes: list[Pass] = []
     outputs: list[Output] = []
@@ -176,10 +195,12 @@ def lay_out(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = N
             n_logits += len(allowed[path])
             n_lse += not path
 
+    routes = routes or {}
     for ji, job in enumerate(jobs):
         size = tree_size(job)
         n_prefix = len(job.prefix)
-        if size <= budget:
+        route = routes.get(ji)
+        if size <= budget and route is None:
             if packed.tokens and packed.tokens + size > pack:
                 passes.append(packed)
                 packed = Pass(window)
@@ -192,9 +213,13 @@ def lay_out(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = N
         if packed.tokens:  # passes run, and outputs are read, in order
             passes.append(packed)
             packed = Pass(window)
-        for s in range(0, n_prefix, budget):  # through the cache
-            chunk, ids = Pass(window, "write"), job.prefix[s:s + budget]
+        route = route or Route(0, None, budget, ())
+        first = len(passes)
+        for s in range(route.start, n_prefix, route.stride):  # through the cache
+            chunk, ids = Pass(window, "write"), job.prefix[s:s + route.stride]
             _place_prefix(chunk, ids, s, len(ids))
+            if s + len(ids) in route.saves:
+                chunk.save = job.prefix[:s + len(ids)]
             passes.append(chunk)
         group = Pass(window, "read")
         for bi, branch in enumerate(job.branches):
@@ -204,6 +229,7 @@ def lay_out(jobs: list[ScoreJob], budget: int, window: int, pack: int | None = N
             trie = _trie(branch.candidates)
             read(group, ji, bi, _place_branch(group, branch, trie, n_prefix, None), trie)
         passes.append(group)
+        passes[first].restore = route.state  # before the job's first chunk or read
     if packed.tokens:
         passes.append(packed)
     return Layout(passes, outputs, n_logits, n_lse)

@@ -2,8 +2,9 @@
 starting with one of them computes only the rest (docs/design.md, "The prefix cache").
 
 An engine saves a state after given lengths of a job's prefix and asks, before the next
-job, for the longest saved prefix of it. The states are opaque bytes to the cache; it
-holds at most `max_bytes` of them and drops the least recently used first. Keys are the
+job, for the longest saved prefix of it. The states are opaque to the cache (llama.cpp's
+bytes, the Triton engine's tensors); it holds at most `max_bytes` of them and drops the
+least recently used first. Keys are the
 token sequences themselves, so a hit is exact: same tokens, same positions. A cache lives
 in one engine, which serves one model and one prompt template: nothing is ever shared
 across models, and a reload (a new engine) starts empty.
@@ -15,6 +16,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from decider.errors import ConfigError
 
@@ -24,9 +26,15 @@ HOST_SHARE = 8  # the default budget is this fraction of the host's memory: an e
 
 
 def host_budget() -> int:
-    """The default budget in bytes: a share of the host's physical memory, where every
-    engine keeps its saved states (llama.cpp copies them out of the device)."""
+    """The default budget in bytes where states are kept in the host's memory: a share of
+    its physical memory."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // HOST_SHARE
+
+
+def saved_lengths(prefix: Tokens, stride: int) -> list[int]:
+    """The prefix lengths a saved state of a job with this prefix may have: multiples of
+    the stride below its length, and its length."""
+    return [*range(stride, len(prefix), stride), len(prefix)]
 
 
 @dataclass(slots=True)
@@ -49,18 +57,18 @@ class PrefixCache:
                               f"{max_bytes}", prefix_cache_bytes=max_bytes)
         self.max_bytes = max_bytes
         self.stats = CacheStats()
-        self._states: OrderedDict[Tokens, bytearray] = OrderedDict()
+        self._states: OrderedDict[Tokens, tuple[Any, int]] = OrderedDict()  # (state, bytes)
 
-    def longest(self, prefix: Tokens, lengths: Iterable[int]) -> tuple[int, bytearray | None]:
+    def longest(self, prefix: Tokens, lengths: Iterable[int]) -> tuple[int, Any]:
         """The longest of prefix[:n], n in `lengths`, that is saved, with its state, made the
         most recently used; (0, None) when none is. Counted as one job's hit or miss."""
         for n in sorted(set(lengths), reverse=True):
-            state = self._states.get(prefix[:n]) if n > 0 else None
-            if state is not None:
+            held = self._states.get(prefix[:n]) if n > 0 else None
+            if held is not None:
                 self._states.move_to_end(prefix[:n])
                 self.stats.hits += 1
                 self.stats.hit_tokens += n
-                return n, state
+                return n, held[0]
         self.stats.misses += 1
         return 0, None
 
@@ -69,17 +77,17 @@ class PrefixCache:
         alone, within the budget (the caller skips the copy otherwise)."""
         return size <= self.max_bytes and tokens not in self._states
 
-    def put(self, tokens: Tokens, state: bytearray) -> None:
-        """Keep `state` as the newest, dropping the least recently used states until all
-        fit the budget. A state larger than the whole budget is not kept."""
-        if not self.wants(tokens, len(state)):
+    def put(self, tokens: Tokens, state: Any, size: int) -> None:
+        """Keep `state`, of `size` bytes, as the newest, dropping the least recently used
+        states until all fit the budget. A state larger than the whole budget is not kept."""
+        if not self.wants(tokens, size):
             return
-        self._states[tokens] = state
+        self._states[tokens] = (state, size)
         self.stats.saved += 1
-        self.stats.bytes += len(state)
+        self.stats.bytes += size
         while self.stats.bytes > self.max_bytes:
-            _, dropped = self._states.popitem(last=False)
-            self.stats.bytes -= len(dropped)
+            _, (_, dropped) = self._states.popitem(last=False)
+            self.stats.bytes -= dropped
             self.stats.evictions += 1
         self.stats.states = len(self._states)
 

@@ -43,6 +43,8 @@ from .gguf_weights import GGUFModel
 from .kv_cache import KVCache
 from .layers import activation_dtype
 from .passes import Layout, lay_out, tree_size
+from .prefix_cache import PrefixCache, host_budget
+from .prefix_routes import PrefixRouter
 from .staging import Staging, aligned
 from .vocab import Vocab
 
@@ -50,16 +52,24 @@ SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -
 # default tokens per pass: on CUDA a job of up to 32,768 tokens goes whole, in one pass
 # (each weight dequantized once); several jobs share passes of the largest captured graph
 N_BATCH = {"cuda": 32768, "cpu": 512}
+# the prefix cache: the shortest prefix kept and the chunks it is read in (docs/design.md,
+# "The prefix cache"), and the share of the device's free memory it may hold by default
+PREFIX_STRIDE = {"cuda": 2048, "cpu": 512}
+DEVICE_SHARE = 4
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
 
 
 class TritonEngine:
     name = "triton"
-    prefix_cache = None  # none kept yet (docs/design.md, "The prefix cache")
 
     def __init__(self, model_path: str | Path, n_ctx: int | None = None, *, model_name: str = "",
                  device: str | None = None, dtype: str | None = None, n_batch: int | None = None,
-                 n_threads: int | None = None, cuda_graphs: bool = True) -> None:
+                 n_threads: int | None = None, cuda_graphs: bool = True,
+                 prefix_cache_bytes: int | None = 0, prefix_stride: int | None = None) -> None:
+        """prefix_cache_bytes: saved prefix states (prefix_cache.py), kept on the device;
+        0: none; None: a share of the device's memory free after the load. prefix_stride:
+        the shortest prefix cached, and the chunks it is read and saved in (at most
+        n_batch; None: the device's default)."""
         if n_threads:
             torch.set_num_threads(n_threads)
         path = Path(model_path)
@@ -96,6 +106,11 @@ class TritonEngine:
         except torch.OutOfMemoryError as e:
             raise EngineOutOfMemory(f"the Triton engine ran out of memory loading {path}: {e}") \
                 from e
+        self.prefix_cache, self._router = None, None
+        if prefix_cache_bytes != 0:
+            self.prefix_cache = PrefixCache(prefix_cache_bytes or self._free_share())
+            stride = prefix_stride or PREFIX_STRIDE.get(self.device.type, PREFIX_STRIDE["cpu"])
+            self._router = PrefixRouter(self.prefix_cache, min(stride, self._n_batch))
         memory = {"weights": self.model.weight_bytes(), "kv": self.cache.nbytes()}
         if self._graphs is not None:
             memory["graphs"] = self._graphs.nbytes
@@ -143,7 +158,10 @@ class TritonEngine:
             return []
         with self._lock:
             kind = begin_pass("torch")
-            layout = lay_out(list(jobs), self._n_batch, self.model.cfg.window, self._pack)
+            routes = self._router.routes(jobs) if self._router else {}
+            layout = lay_out(list(jobs), self._n_batch, self.model.cfg.window, self._pack,
+                             routes)
+            saves = []  # (prefix, snapshot) of this call, kept once its values are checked
             try:
                 head = self._graph_head(layout)
                 # the head graph's whole buffer, which the call picks from; else its own
@@ -157,7 +175,7 @@ class TritonEngine:
                     elif kind is None and head:
                         self._graphs.run_with_head(layout.passes[0], head[0])
                     elif kind is None:
-                        self._run(layout)
+                        self._run(layout, saves)
                 # a fresh array (also on the CPU, where .cpu() is the buffer itself):
                 # the results are views of it
                 values = out.to("cpu", copy=True).numpy()
@@ -171,8 +189,14 @@ class TritonEngine:
                 # an fp16 overflow (inf, then NaN through the norms) reaches every row
                 # that reads the token it happened at; no other fault writes non-finite
                 raise ActivationOverflow("float16", float(torch.finfo(torch.float16).max))
+            for tokens, snapshot in saves:
+                self.prefix_cache.put(tokens, snapshot, snapshot.nbytes())
             n = layout.n_logits
-            return _results(jobs, layout, values[:n], values[n if head else _lse_offset(layout):])
+            results = _results(jobs, layout, values[:n],
+                               values[n if head else _lse_offset(layout):])
+            for i, route in routes.items():
+                results[i].cached_tokens = route.start
+            return results
 
     def close(self) -> None:
         self._vocab.close()
@@ -197,9 +221,16 @@ class TritonEngine:
             return None
         return labels, src + [HEAD_ROWS * HEAD_LABELS + a for a in roots]
 
-    def _run(self, layout: Layout) -> None:
+    def _free_share(self) -> int:
+        """The default prefix cache budget: a share of the device's free memory."""
+        if self.device.type == "cuda":
+            return torch.cuda.mem_get_info(self.device)[0] // DEVICE_SHARE
+        return host_budget()
+
+    def _run(self, layout: Layout, saves: list) -> None:
         """Every pass, then the head at the outputs. Each pass is packed and sent while the
-        GPU runs the pass before it."""
+        GPU runs the pass before it. The KV cache after a pass that saves is copied into
+        `saves`."""
         graphs = self._graphs
         # the captured size each pass replays, or None: it runs eagerly at its own size
         buckets = [graphs.bucket(p) if graphs is not None and not p.cache else None
@@ -217,13 +248,17 @@ class TritonEngine:
         for p, n, pass_rows in zip(layout.passes, buckets, rows, strict=True):
             packed = self._staging.put_pass(p)
             picked = self._staging.put(pass_rows)
-            if p.cache == "write" and p.starts_sequence:
+            if p.restore is not None:
+                self.cache.restore(p.restore)
+            elif p.cache == "write" and p.starts_sequence:
                 self.cache.clear()
             if p.cache:
                 h = self.model(columns(packed, p.tokens, p.window), self.cache,
                                write=p.cache == "write", rows=picked)
                 if p.cache == "write":
                     self.cache.advance(p.tokens)
+                if p.save is not None:
+                    saves.append((p.save, self.cache.snapshot()))
             elif n:
                 h = graphs.run(packed, picked, n)
             else:

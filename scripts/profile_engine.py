@@ -21,18 +21,12 @@ from torch.profiler import ProfilerActivity, profile
 
 from decider.bench import random_gemma4
 from decider.bench.engines import random_job
-from decider.bench.random_gguf import Q4_K_M, SHAPES, write_tiny_gemma3
 from decider.engines import ScoreJob, load_engine
 from decider.engines.passes import lay_out
 from decider.engines.triton_engine import N_BATCH
 
 shape = sys.argv[1] if len(sys.argv) > 1 else "gemma-3-270m"
-path = f"{tempfile.mkdtemp()}/{shape}.gguf"
-if shape in random_gemma4.SHAPES:
-    random_gemma4.write_gemma4(path, np.random.default_rng(0), types=random_gemma4.QAT_Q4_0,
-                               raw=True, **random_gemma4.SHAPES[shape])
-else:
-    write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **SHAPES[shape])
+path = random_gemma4.write_shape(f"{tempfile.mkdtemp()}/{shape}.gguf", shape)
 engine = load_engine("triton", path, 4096)
 rng = np.random.default_rng(1)
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from decider.bench.random_gguf import write_tiny_gemma3
 from decider.engines import ScoreJob, load_engine
-from decider.engines.llama_layout import Decode, Save, prefix_steps, saved_lengths
-from decider.engines.prefix_cache import PrefixCache
+from decider.engines.llama_layout import Decode, Save, prefix_steps
+from decider.engines.prefix_cache import PrefixCache, saved_lengths
 from helpers.llama_jobs import random_job
 
 WINDOW, N_BATCH, N_CTX, VOCAB = 64, 64, 512, 600
@@ -151,7 +151,7 @@ def test_the_cache_keeps_its_budget_and_drops_the_least_recently_used(ops):
                 model.append(hit)
                 assert len(state) == hit[1]
         else:
-            cache.put(tokens, bytearray(size))
+            cache.put(tokens, bytearray(size), size)
             if all(m[0] != tokens for m in model) and size <= 1000:
                 model.append((tokens, size))
                 while sum(s for _, s in model) > 1000:
@@ -188,8 +188,8 @@ def _rss() -> int:
 
 def test_a_state_larger_than_the_budget_is_not_kept():
     cache = PrefixCache(100)
-    cache.put((1,), bytearray(60))
-    cache.put((2,), bytearray(101))
+    cache.put((1,), bytearray(60), 60)
+    cache.put((2,), bytearray(101), 101)
     assert cache.order() == [(1,)] and cache.stats.evictions == 0
 
 

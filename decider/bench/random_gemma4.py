@@ -184,3 +184,17 @@ def _add_experts(w: gguf.GGUFWriter, rng: np.random.Generator, p: str, hidden: i
     w.add_tensor(p + "ffn_down_exps.scale", (1 + f32(count, std=0.2)))
     for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"):
         norm(p + n + ".weight", hidden)
+
+
+def write_shape(path: Path, shape: str) -> Path:
+    """Random weights of a real shape, Gemma 3's (random_gguf.SHAPES, in gemma-3-270m's
+    Q4_K_M types) or Gemma 4's (SHAPES, in QAT Q4_0), with no tokenizer: token ids only."""
+    from .random_gguf import Q4_K_M, write_tiny_gemma3
+    from .random_gguf import SHAPES as GEMMA3
+
+    if shape in SHAPES:
+        return write_gemma4(path, np.random.default_rng(0), types=QAT_Q4_0, raw=True,
+                            **SHAPES[shape])
+    if shape not in GEMMA3:
+        raise ValueError(f"unknown shape {shape!r}: one of {', '.join([*GEMMA3, *SHAPES])}")
+    return write_tiny_gemma3(path, np.random.default_rng(0), types=Q4_K_M, **GEMMA3[shape])
