@@ -77,7 +77,7 @@ class CacheSection:
     """The engine's prefix cache (docs/design.md, "The prefix cache")."""
 
     enabled: bool = True
-    max_bytes: int = 0  # 0: an eighth of the host's memory
+    max_bytes: int = 0  # 0: the engine's default share of memory
 
     def budget(self) -> int | None:
         """Decider's prefix_cache_bytes: 0 off, None the host's default."""
