@@ -4,12 +4,20 @@
     with DeciderClient("unix:///run/decider/decider.sock") as c:
         decision = c.decide("I was charged twice", [YesNo("Refund requested?")])
 
+One daemon or several: the address is any gRPC target ("dns:///decider.internal:50051",
+whose name resolves to every replica) or a list of host:port addresses. gRPC itself
+balances the calls (round_robin over the replicas that its health checks find SERVING: a
+draining one drops out before it stops answering) and retries a call a replica refused
+as UNAVAILABLE on another (SERVICE_CONFIG; docs/deploy.md).
+
 Errors raise RemoteError: the gRPC code, the ErrorInfo reason and metadata, and the
 BadRequest field violations, as the server sent them.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from collections.abc import Sequence
 
 import grpc
@@ -24,6 +32,40 @@ from .v1 import decider_pb2 as pb
 from .v1 import decider_pb2_grpc as pb_grpc
 
 _KINDS = {code: kind for kind, code in CODES.items()}
+SERVICE = pb.DESCRIPTOR.services_by_name["Decider"].full_name
+# Read by gRPC itself: round_robin over the addresses whose grpc.health.v1 status for the
+# service is SERVING, and a call answered UNAVAILABLE (a replica draining, stopped or
+# unreachable: nothing computed for it) tried again on another, within the call's
+# deadline. Decide reads and changes nothing, so a retry is always safe.
+SERVICE_CONFIG = {
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "healthCheckConfig": {"serviceName": SERVICE},
+    "methodConfig": [{
+        "name": [{"service": SERVICE}],
+        "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.05s", "maxBackoff": "1s",
+                        "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]},
+    }],
+}
+CHANNEL_OPTIONS = [("grpc.service_config", json.dumps(SERVICE_CONFIG)),
+                   ("grpc.enable_retries", 1)]
+
+
+def target(address: str | Sequence[str]) -> str:
+    """The gRPC target for one address (as given) or several host:port addresses of IP
+    literals (one ipv4: or ipv6: list, which gRPC balances over)."""
+    if isinstance(address, str):
+        return address
+    if not address:
+        raise ValueError("no address given")
+    hosts = [a.rpartition(":")[0].strip("[]") for a in address]
+    try:
+        versions = {ipaddress.ip_address(h).version for h in hosts}
+    except ValueError:
+        raise ValueError(f"several addresses must be IP:port, got {list(address)}; for host "
+                         "names give one dns:/// target that resolves to them all") from None
+    if len(versions) != 1:
+        raise ValueError(f"several addresses must be all IPv4 or all IPv6, got {list(address)}")
+    return f"ipv{versions.pop()}:{','.join(address)}"
 
 
 class RemoteError(DeciderError):
@@ -53,14 +95,15 @@ def _remote_error(e: grpc.RpcError) -> RemoteError:
     return RemoteError(e.code(), reason, e.details() or "", metadata, violations)
 
 
-def _open_channel(address: str, credentials: grpc.ChannelCredentials | None, module):
+def _open_channel(address: str | Sequence[str], credentials: grpc.ChannelCredentials | None,
+                  module):
     if credentials is not None:
-        return module.secure_channel(address, credentials)
-    return module.insecure_channel(address)
+        return module.secure_channel(target(address), credentials, CHANNEL_OPTIONS)
+    return module.insecure_channel(target(address), CHANNEL_OPTIONS)
 
 
 class DeciderClient:
-    def __init__(self, address: str, *, timeout: float | None = 30.0,
+    def __init__(self, address: str | Sequence[str], *, timeout: float | None = 30.0,
                  credentials: grpc.ChannelCredentials | None = None) -> None:
         self._channel = _open_channel(address, credentials, grpc)
         self._stub = pb_grpc.DeciderStub(self._channel)
@@ -97,7 +140,7 @@ class DeciderClient:
 
 
 class AsyncDeciderClient:
-    def __init__(self, address: str, *, timeout: float | None = 30.0,
+    def __init__(self, address: str | Sequence[str], *, timeout: float | None = 30.0,
                  credentials: grpc.ChannelCredentials | None = None) -> None:
         self._channel = _open_channel(address, credentials, grpc.aio)
         self._stub = pb_grpc.DeciderStub(self._channel)

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +31,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decider import Choice, Label, MultiLabel, Request, Scale, YesNo
-from decider.client import _remote_error
+from decider.client import CHANNEL_OPTIONS, _remote_error, target
 from decider.service.convert import request_to_proto
 from decider.v1 import decider_pb2 as pb
 from decider.v1 import decider_pb2_grpc as pb_grpc
@@ -116,15 +117,18 @@ class Tally:
         return not (self.mixed or self.lost or self.errors) and self.answered == self.sent
 
 
-async def load(address: str, reqs: list, refs: list[tuple], *, clients: int,
+async def load(address: str | Sequence[str], reqs: list, refs: list[tuple], *, clients: int,
                seconds: float, channels: int = 4, tol: float = 0.0, timeout: float = 60,
                keep: bool = False, stop: asyncio.Event | None = None,
-               backoff: float = 0.0, tally: Tally | None = None) -> Tally:
+               backoff: float = 0.0, tally: Tally | None = None,
+               balanced: bool = False) -> Tally:
     """`clients` loops, each sending request k, k+1, ... until `seconds` pass (or `stop`).
     keep: record every outcome (time, code name, reason); backoff: sleep after an error;
-    tally: one the caller watches while the load runs."""
+    tally: one the caller watches while the load runs; balanced: channels as
+    decider.client opens them (round_robin over healthy replicas, UNAVAILABLE retried)."""
     tally = tally if tally is not None else Tally()
-    chans = [grpc.aio.insecure_channel(address) for _ in range(channels)]
+    options = CHANNEL_OPTIONS if balanced else None
+    chans = [grpc.aio.insecure_channel(target(address), options) for _ in range(channels)]
     stubs = [pb_grpc.DeciderStub(c) for c in chans]
     end = time.monotonic() + seconds
 
