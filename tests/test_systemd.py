@@ -197,20 +197,25 @@ def test_a_bad_config_exits_non_zero_before_ready(tmp_path, model_path, config, 
     assert "READY=1" not in [line for _, line in notify.drain(0.2)]
 
 
-def test_the_unit_file_verifies_clean(tmp_path):
+@pytest.mark.parametrize(("file", "unit"), [("decider.service", "decider.service"),
+                                           ("decider@.service", "decider@gpu1.service")])
+def test_the_unit_file_verifies_clean(tmp_path, file, unit):
+    """The unit, and the template as the instance gpu1 (a link named for it, as
+    `systemctl enable decider@gpu1` makes)."""
     if not shutil.which("systemd-analyze"):
         pytest.skip("systemd-analyze is not installed (Debian package systemd)")
-    unit = (ROOT / "deploy" / "decider.service").read_text()
-    assert "ExecStart=/opt/decider/.venv/bin/decider serve" in unit
+    text = (ROOT / "deploy" / file).read_text()
+    assert "ExecStart=/opt/decider/.venv/bin/decider serve" in text
     # verify checks that ExecStart exists: point it at this checkout's decider
     here = Path(sys.executable).parent / "decider"
-    (tmp_path / "decider.service").write_text(
-        unit.replace("/opt/decider/.venv/bin/decider", str(here)))
-    out = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "decider.service")],
+    (tmp_path / file).write_text(text.replace("/opt/decider/.venv/bin/decider", str(here)))
+    if unit != file:
+        (tmp_path / unit).symlink_to(file)
+    out = subprocess.run(["systemd-analyze", "verify", str(tmp_path / unit)],
                          capture_output=True, text=True)
     assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
     sec = subprocess.run(["systemd-analyze", "security", "--offline=yes",
-                          str(tmp_path / "decider.service")], capture_output=True, text=True)
+                          str(tmp_path / unit)], capture_output=True, text=True)
     score = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", sec.stdout)[1])
     assert score <= 2.0  # docs/deploy.md states the measured 1.9
 
