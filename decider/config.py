@@ -106,6 +106,8 @@ class HttpSection:
     max_body_bytes: int = 16 * 2**20
     request_timeout_seconds: float = 30.0  # past it a request is answered 504
     max_connections: int = 512  # past it new connections get 503
+    requests_per_minute: int = 0  # per API key (per host without keys); 0: no limit
+    requests_per_day: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ framework's own 404 and 405 included."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 from fastapi import FastAPI, Request
@@ -37,6 +37,7 @@ from .errors import (
 )
 from .observer import HttpObserver
 from .openapi import SECURED, WHY, refusals
+from .rate_limits import RateLimits
 from .systemone import add_systemone
 
 log = structlog.get_logger("decider.http")
@@ -50,6 +51,7 @@ class Settings:
     log_text: bool = False
     vendor_names: bool = True  # the served model answers to jev-*, gpt-6-luna too
     legacy_names: bool = False  # deprecated: label_mass and decider beside the x_ names
+    rate_limits: RateLimits = field(default_factory=RateLimits)  # none unless given
 
 
 def _openai(request: Request) -> bool:

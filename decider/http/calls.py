@@ -47,9 +47,12 @@ def refuse_multipart(request: Request) -> None:
 
 
 async def admit(request: Request, settings) -> tuple[str, float, bytes]:
-    """What every decision route does first: the caller authorized, images refused, the
-    request's deadline set, and its body read within it. (caller, deadline, body)"""
+    """What every decision route does first: the caller authorized and counted against
+    its rate limits, images refused, the request's deadline set, and its body read
+    within it. (caller, deadline, body)"""
     caller = authorize(settings.keys, request)
+    if settings.rate_limits:  # its fields go out with the answer (observer.py)
+        request.state.rate_limit = settings.rate_limits.take(caller)
     refuse_multipart(request)
     deadline = time.monotonic() + settings.request_timeout_seconds
     raw = await read_body(request, settings.max_body_bytes, settings.request_timeout_seconds)

@@ -59,7 +59,8 @@ class HttpObserver:
             nonlocal status, started
             if message["type"] == "http.response.start":
                 status, started = message["status"], True
-                message = {**message, "headers": [*message.get("headers", ()), *ids]}
+                message = {**message, "headers": [*message.get("headers", ()), *ids,
+                                                  *state.get("rate_limit", ())]}
             await send(message)
 
         try:

@@ -20,7 +20,7 @@ WHY = {
     408: "The body did not arrive in time",
     413: "The body is over the limit (limit)",
     415: "An unsupported Content-Encoding, or images (multipart/form-data)",
-    429: "The queue is full (Retry-After)",
+    429: "The queue is full, or the key's rate limit is spent (Retry-After)",
     500: "The engine failed, or returned no logits",
     503: "Not ready, draining, or out of memory (Retry-After)",
     504: "The request's time ran out",

@@ -33,6 +33,7 @@ from ..service.frontend import Frontend
 from ..service.metrics import Metrics
 from .app import Settings, build_app
 from .auth import Keys
+from .rate_limits import RateLimits
 
 log = structlog.get_logger("decider.http")
 
@@ -65,6 +66,14 @@ def check_http(cfg: Config) -> HttpPlan:
     for key in ("max_body_bytes", "request_timeout_seconds", "max_connections"):
         if getattr(h, key) <= 0:
             raise ConfigError(f"{where}.{key}: must be positive, got {getattr(h, key)!r}")
+    for key in ("requests_per_minute", "requests_per_day"):
+        if getattr(h, key) < 0:
+            raise ConfigError(f"{where}.{key}: must be 0 (no limit) or positive, got "
+                              f"{getattr(h, key)!r}")
+        if getattr(h, key) and cfg.server.frontends > 1:
+            raise ConfigError(f"{where}.{key}: rate limits are counted in one process; with "
+                              f"server.frontends = {cfg.server.frontends} set them on the "
+                              "proxy in front (docs/systemone.md)")
     if any(not a.strip() for a in h.model_aliases):
         raise ConfigError(f"{where}.model_aliases: an alias must not be empty")
     cert, key = h.tls_cert or cfg.tls.cert, h.tls_key or cfg.tls.key
@@ -185,7 +194,8 @@ async def serve_http(cfg: Config, frontend: Frontend, metrics: Metrics | None = 
     plan = check_http(cfg)
     h = cfg.http
     app = build_app(frontend, Settings(plan.keys, h.max_body_bytes, h.request_timeout_seconds,
-                                       cfg.server.log_text, h.vendor_names, h.legacy_names),
+                                       cfg.server.log_text, h.vendor_names, h.legacy_names,
+                                       RateLimits(h.requests_per_minute, h.requests_per_day)),
                     metrics)
     protocol = type("HeadersInTime", (_HeadersInTime,),
                     {"header_timeout": h.request_timeout_seconds})
