@@ -4,11 +4,11 @@
     with DeciderClient("unix:///run/decider/decider.sock") as c:
         decision = c.decide("I was charged twice", [YesNo("Refund requested?")])
 
-One daemon or several: the address is any gRPC target ("dns:///decider.internal:50051",
-whose name resolves to every replica) or a list of host:port addresses. gRPC itself
-balances the calls (round_robin over the replicas that its health checks find SERVING: a
-draining one drops out before it stops answering) and retries a call a replica refused
-as UNAVAILABLE on another (SERVICE_CONFIG; docs/deploy.md).
+One daemon or several: the address is any gRPC target (a proxy's host:port, or
+"dns:///decider.internal:50051", whose name resolves to every replica) or a list of
+host:port addresses. gRPC itself balances the calls over several (round_robin over the
+replicas that its health checks find SERVING: a draining one drops out before it stops
+answering) and retries a call refused as UNAVAILABLE (channel_options; docs/deploy.md).
 
 Errors raise RemoteError: the gRPC code, the ErrorInfo reason and metadata, and the
 BadRequest field violations, as the server sent them.
@@ -33,21 +33,23 @@ from .v1 import decider_pb2_grpc as pb_grpc
 
 _KINDS = {code: kind for kind, code in CODES.items()}
 SERVICE = pb.DESCRIPTOR.services_by_name["Decider"].full_name
-# Read by gRPC itself: round_robin over the addresses whose grpc.health.v1 status for the
-# service is SERVING, and a call answered UNAVAILABLE (a replica draining, stopped or
-# unreachable: nothing computed for it) tried again on another, within the call's
-# deadline. Decide reads and changes nothing, so a retry is always safe.
-SERVICE_CONFIG = {
-    "loadBalancingConfig": [{"round_robin": {}}],
-    "healthCheckConfig": {"serviceName": SERVICE},
-    "methodConfig": [{
-        "name": [{"service": SERVICE}],
-        "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.05s", "maxBackoff": "1s",
-                        "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]},
-    }],
-}
-CHANNEL_OPTIONS = [("grpc.service_config", json.dumps(SERVICE_CONFIG)),
-                   ("grpc.enable_retries", 1)]
+RETRY = {"maxAttempts": 5, "initialBackoff": "0.05s", "maxBackoff": "1s",
+         "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+
+
+def channel_options(address: str | Sequence[str]) -> list[tuple[str, object]]:
+    """The service config gRPC itself reads: a call answered UNAVAILABLE (a replica
+    draining, stopped or unreachable: nothing computed for it) tried again, within the
+    call's deadline (Decide reads and changes nothing, so a retry is always safe); and,
+    where the client balances (several addresses, or a dns: name that resolves to every
+    replica), round_robin over the replicas whose grpc.health.v1 status is SERVING. Not
+    through a proxy (one host:port): its health is the proxy's to judge, and one
+    replica's NOT_SERVING seen through it would stop every call."""
+    config: dict = {"methodConfig": [{"name": [{"service": SERVICE}], "retryPolicy": RETRY}]}
+    if not isinstance(address, str) or address.startswith("dns:"):
+        config |= {"loadBalancingConfig": [{"round_robin": {}}],
+                   "healthCheckConfig": {"serviceName": SERVICE}}
+    return [("grpc.service_config", json.dumps(config)), ("grpc.enable_retries", 1)]
 
 
 def target(address: str | Sequence[str]) -> str:
@@ -97,9 +99,10 @@ def _remote_error(e: grpc.RpcError) -> RemoteError:
 
 def _open_channel(address: str | Sequence[str], credentials: grpc.ChannelCredentials | None,
                   module):
+    options = channel_options(address)
     if credentials is not None:
-        return module.secure_channel(target(address), credentials, CHANNEL_OPTIONS)
-    return module.insecure_channel(target(address), CHANNEL_OPTIONS)
+        return module.secure_channel(target(address), credentials, options)
+    return module.insecure_channel(target(address), options)
 
 
 class DeciderClient:

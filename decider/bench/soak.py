@@ -31,7 +31,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decider import Choice, Label, MultiLabel, Request, Scale, YesNo
-from decider.client import CHANNEL_OPTIONS, _remote_error, target
+from decider.client import _remote_error, channel_options, target
 from decider.service.convert import request_to_proto
 from decider.v1 import decider_pb2 as pb
 from decider.v1 import decider_pb2_grpc as pb_grpc
@@ -127,7 +127,7 @@ async def load(address: str | Sequence[str], reqs: list, refs: list[tuple], *, c
     tally: one the caller watches while the load runs; balanced: channels as
     decider.client opens them (round_robin over healthy replicas, UNAVAILABLE retried)."""
     tally = tally if tally is not None else Tally()
-    options = CHANNEL_OPTIONS if balanced else None
+    options = channel_options(address) if balanced else None
     chans = [grpc.aio.insecure_channel(target(address), options) for _ in range(channels)]
     stubs = [pb_grpc.DeciderStub(c) for c in chans]
     end = time.monotonic() + seconds
