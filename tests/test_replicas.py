@@ -18,6 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import aiohttp
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -69,17 +70,17 @@ def replicas(tmp_path_factory, tiny):
 
 @pytest.fixture(scope="module")
 def proxy(replicas):
-    """HAProxy on the shipped config: its gRPC address."""
+    """HAProxy on the shipped config: its gRPC address and its HTTP API's URL."""
     if not shutil.which("haproxy"):
         pytest.skip("haproxy is not installed (Debian package haproxy; .ci/run installs it)")
-    address = f"127.0.0.1:{free_port()}"
+    address, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     env = {**os.environ, **replicas.env(), "DECIDER_PROXY_GRPC": address,
-           "DECIDER_PROXY_HTTP": f"127.0.0.1:{free_port()}"}
+           "DECIDER_PROXY_HTTP": http}
     proc = subprocess.Popen(["haproxy", "-db", "-f", str(HAPROXY_CFG)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(2)  # two good checks (rise 2, every 0.5 s) put every replica in rotation
     assert proc.poll() is None, proc.stdout.read().decode()
-    yield address
+    yield address, f"http://{http}"
     proc.terminate()
     proc.wait(10)
 
@@ -90,23 +91,61 @@ def refs(replicas):
     return reqs, asyncio.run(soak.references(replicas.daemons[0].address, reqs))
 
 
-@pytest.fixture(params=["client-side", "haproxy"])
+@pytest.fixture(params=["client-side", "haproxy", "haproxy-http"])
 def route(request, replicas):
-    """What the clients dial: every replica's address, or the proxy's."""
-    if request.param == "haproxy":
-        return request.getfixturevalue("proxy")
-    return [d.address for d in replicas.daemons]
+    """What the clients dial: every replica's address, the proxy's gRPC address, or the
+    proxy's System One HTTP API (an http:// URL)."""
+    if request.param == "client-side":
+        return [d.address for d in replicas.daemons]
+    grpc_address, http_url = request.getfixturevalue("proxy")
+    return grpc_address if request.param == "haproxy" else http_url
 
 
 def answered(daemon) -> float:
     return daemon.metric("decider_requests_total")
 
 
+BODY = {"model": "jev-latest",  # a published client's default, which decider answers to
+        "state": "I was charged twice for order A-104; please refund me.",
+        "questions": {"refund": {"type": "noul", "instructions": "Is a refund asked for?"},
+                      "topic": {"type": "choice", "criteria": {"billing": None,
+                                                              "shipping": None}}}}
+
+
+async def http_load(url: str, seconds: float) -> soak.Tally:
+    """CLIENTS loops posting BODY to the System One API, each retrying a 503 (a replica
+    draining or gone: nothing computed) up to 5 times with backoff, as TypeSafe's SDK
+    does by default; the first answer is each later one's reference."""
+    tally, end, first = soak.Tally(), time.monotonic() + seconds, []
+    async with aiohttp.ClientSession(url, timeout=aiohttp.ClientTimeout(total=60)) as http:
+        async def client() -> None:
+            while time.monotonic() < end:
+                tally.sent += 1
+                for attempt in range(5):
+                    async with http.post("/v1/systemone", json=BODY) as reply:
+                        status, answer = reply.status, await reply.json()
+                    if status != 503:
+                        break
+                    await asyncio.sleep(0.05 * 2 ** attempt)
+                if status != 200:
+                    tally.errors[(str(status), answer["detail"]["reason"])] += 1
+                    continue
+                tally.answered += 1
+                first[:] = first or [answer["answers"]]
+                tally.mixed += answer["answers"] != first[0]
+
+        started = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(CLIENTS)))
+        tally.seconds = time.monotonic() - started
+    return tally
+
+
 async def run(route, refs, during=None):
     """The load for RUN_SECONDS; `during()` after a third of it. Returns the tally."""
     reqs, answers = refs
-    load = asyncio.create_task(soak.load(route, reqs, answers, clients=CLIENTS,
-                                         seconds=RUN_SECONDS, balanced=True))
+    load = asyncio.create_task(
+        http_load(route, RUN_SECONDS) if isinstance(route, str) and route.startswith("http") else
+        soak.load(route, reqs, answers, clients=CLIENTS, seconds=RUN_SECONDS, balanced=True))
     if during is not None:
         await asyncio.sleep(RUN_SECONDS / 3)
         await asyncio.to_thread(during)
