@@ -52,9 +52,11 @@ SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -
 # default tokens per pass: on CUDA a job of up to 32,768 tokens goes whole, in one pass
 # (each weight dequantized once); several jobs share passes of the largest captured graph
 N_BATCH = {"cuda": 32768, "cpu": 512}
-# the prefix cache: the shortest prefix kept and the chunks it is read in (docs/design.md,
-# "The prefix cache"), and the share of the device's free memory it may hold by default
-PREFIX_STRIDE = {"cuda": 2048, "cpu": 512}
+# the prefix cache: the shortest prefix kept and the chunks it is read in, and the share
+# of the device's free memory it may hold by default. On CUDA a read from the cache (its
+# eager passes: ~10 ms on gemma-3-270m, ~27 ms on Gemma 4 E2B) beats a fresh read in
+# CUDA graphs only past ~8k tokens (docs/benchmarks.md, "The prefix cache")
+PREFIX_STRIDE = {"cuda": 8192, "cpu": 512}
 DEVICE_SHARE = 4
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
 
