@@ -1,8 +1,9 @@
-"""The shipped Kubernetes manifests (deploy/kubernetes/): valid against the Kubernetes
-API's schemas, offline and strict (kubernetes-validate); a broken one fails; and they
-agree with decider itself: the ConfigMap's decider.toml is a config the daemon accepts,
-the probes ask for the service decider's health reports, the ports are the ones it
-listens on, and the pod outlives the drain."""
+"""The shipped Kubernetes manifests (deploy/kubernetes/, its GPU variant in gpu/): valid
+against the Kubernetes API's schemas, offline and strict (kubernetes-validate); a broken
+one fails; and they agree with decider itself: each ConfigMap's decider.toml is a config
+the daemon accepts, the probes ask for the service decider's health reports, the ports
+are the ones it listens on, the pod outlives the drain, and the GPU variant asks for a
+GPU and runs the triton engine."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ KUBE = Path(__file__).parent.parent / "deploy" / "kubernetes"
 VALIDATE = [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet"]
 
 
+FILES = sorted(KUBE.rglob("*.yaml"))
+
+
 def manifests() -> dict[str, dict]:
     """Every resource shipped, by kind/name."""
     return {f"{d['kind']}/{d['metadata']['name']}": d
-            for path in sorted(KUBE.glob("*.yaml"))
-            for d in yaml.safe_load_all(path.read_text()) if d}
+            for path in FILES for d in yaml.safe_load_all(path.read_text()) if d}
 
 
 def validate(*paths: Path) -> subprocess.CompletedProcess:
@@ -32,11 +35,11 @@ def validate(*paths: Path) -> subprocess.CompletedProcess:
 
 
 def test_every_manifest_passes_the_kubernetes_schemas():
-    out = validate(*sorted(KUBE.glob("*.yaml")))
+    out = validate(*FILES)
     assert out.returncode == 0, out.stdout + out.stderr
     assert {"ConfigMap/decider-config", "Secret/decider-keys", "Deployment/decider",
-            "Service/decider", "Service/decider-headless",
-            "PodDisruptionBudget/decider"} <= set(manifests())
+            "Service/decider", "Service/decider-headless", "PodDisruptionBudget/decider",
+            "ConfigMap/decider-gpu-config", "Deployment/decider-gpu"} <= set(manifests())
 
 
 @pytest.mark.parametrize("breakage", ["a misspelled field", "a port as text"])
@@ -50,10 +53,12 @@ def test_a_broken_manifest_fails(tmp_path, breakage):
     assert validate(tmp_path / "deployment.yaml").returncode != 0
 
 
-def test_the_manifests_agree_with_the_daemon():
+@pytest.mark.parametrize("deployment", ["decider", "decider-gpu"])
+def test_the_manifests_agree_with_the_daemon(deployment):
     m = manifests()
-    cfg = parse_config(m["ConfigMap/decider-config"]["data"]["decider.toml"], "configmap")
-    pod = m["Deployment/decider"]["spec"]["template"]["spec"]
+    pod = m[f"Deployment/{deployment}"]["spec"]["template"]["spec"]
+    [config_map] = [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v]
+    cfg = parse_config(m[f"ConfigMap/{config_map}"]["data"]["decider.toml"], config_map)
     [container] = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert cfg.server.listen == (f"0.0.0.0:{ports['grpc']}",)
@@ -69,3 +74,8 @@ def test_the_manifests_agree_with_the_daemon():
     service_ports = {p["port"] for s in ("Service/decider", "Service/decider-headless")
                      for p in m[s]["spec"]["ports"]}
     assert service_ports <= set(ports.values())
+    limits = container["resources"]["limits"]
+    if deployment == "decider-gpu":
+        assert limits["nvidia.com/gpu"] == 1 and cfg.model.engine == "triton"
+    else:
+        assert "nvidia.com/gpu" not in limits
