@@ -37,6 +37,9 @@ class DeciderError(Exception):
     kind = "internal"  # invalid not_found out_of_range exhausted unavailable deadline
     # cancelled internal
     reason = "INTERNAL"
+    # the request was in an engine when it failed: a client's automatic retry could take
+    # a request that hangs or kills engines to the next one (gRPC is told not to retry)
+    reached_engine = False
     violations: tuple[FieldViolation, ...] = ()
 
     def __init__(self, message: str, **metadata: object) -> None:
@@ -201,6 +204,7 @@ class EngineDied(Unavailable):
     """The engine process ended while holding the request; a new one is on its way."""
 
     reason = "ENGINE_DIED"
+    reached_engine = True
 
     def __init__(self, exit_code: int | None) -> None:
         how = (f"was killed by signal {-exit_code}" if exit_code is not None and exit_code < 0
@@ -214,6 +218,7 @@ class EngineHung(Unavailable):
     killed while holding the request, and a new one is starting."""
 
     reason = "ENGINE_HUNG"
+    reached_engine = True
 
     def __init__(self, silent_seconds: float, limit_seconds: float) -> None:
         super().__init__(f"the engine process made no progress for {silent_seconds:.1f} s "

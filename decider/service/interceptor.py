@@ -65,7 +65,14 @@ class Observer(grpc.aio.ServerInterceptor):
                 response = await inner(request, context)
             except DeciderError as e:
                 self.record(method, rid, started, e.reason)
-                await context.abort_with_status(rpc_status.to_status(error_status(e)))
+                status = rpc_status.to_status(error_status(e))
+                # the status supersedes the trailers set above: the request id again, and
+                # gRPC's own word against an automatic retry (gRFC A6: a negative
+                # pushback) where the request reached an engine
+                trailers = (("x-request-id", rid),) + (
+                    (("grpc-retry-pushback-ms", "-1"),) if e.reached_engine else ())
+                await context.abort_with_status(status._replace(
+                    trailing_metadata=status.trailing_metadata + trailers))
             except asyncio.CancelledError:
                 self.record(method, rid, started, "CANCELLED")
                 raise

@@ -33,14 +33,16 @@ echo "network: $(ip -o link | awk -F': ' '{print $2}' | tr '\n' ' ')"
 env -i DECIDER_CACHE_DIR=/opt/decider/models HOME=/tmp /usr/sbin/chroot --userspec="$user" \
   "$root" /opt/decider/.venv/bin/decider serve --config /etc/decider/config/decider.toml \
   > "$root/tmp/serve.log" 2>&1 &
+serve=$!
+trap 'kill -9 $serve 2>/dev/null || true' EXIT  # never left running, whatever fails
 for _ in $(seq 120); do
   [ "$(in_image health 127.0.0.1:50051 2>/dev/null)" = SERVING ] && break
-  kill -0 $! 2>/dev/null || break
+  kill -0 $serve 2>/dev/null || break
   sleep 1
 done
 echo "health: $(in_image health 127.0.0.1:50051 2>&1 || true)"
 grep -o '"event": "serving"' "$root/tmp/serve.log" || tail -20 "$root/tmp/serve.log"
-kill -TERM $!
-wait $! && echo "stopped: exit 0"
+kill -TERM $serve
+wait $serve && echo "stopped: exit 0"
 INSIDE
 podman image prune -f > /dev/null  # the images this tag replaced
