@@ -27,6 +27,10 @@ from .servicer import DeciderService
 log = structlog.get_logger("decider.server")
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Decider"].full_name
+# a drain says NOT_SERVING at least this long before the listeners close: proxies that
+# poll readiness (deploy/haproxy checks every 0.5 s) stop sending first, where a stream
+# sent to a closing listener came back CANCELLED (docs/deploy.md)
+ANNOUNCE_SECONDS = 1.0
 SERVING, NOT_SERVING = (health_pb2.HealthCheckResponse.SERVING,
                         health_pb2.HealthCheckResponse.NOT_SERVING)
 
@@ -67,20 +71,22 @@ class Servers:
 
     async def drain(self, grace: float) -> None:
         """NOT_SERVING, new requests UNAVAILABLE, accepted ones answered within the grace;
-        what cannot finish in it is refused as the server stopping (retryable)."""
+        what cannot finish in it is refused as the server stopping (retryable). Returns
+        no sooner than ANNOUNCE_SECONDS after NOT_SERVING."""
         self.frontend.accepting = False  # before health says so: NOT_SERVING means refused
         await self.set_health(False)
+        announced = asyncio.create_task(asyncio.sleep(ANNOUNCE_SECONDS))
         served = self.frontend.current
-        if served is None:
-            return
         try:
-            await asyncio.wait_for(served.client.idle.wait(), grace)
+            if served is not None:
+                await asyncio.wait_for(served.client.idle.wait(), grace)
         except TimeoutError:
             left = served.client.outstanding
             log.error("requests still running at the end of the grace period; refused",
                       grace_s=grace, requests=left)
             self.metrics.requests.labels(ServerStopping.reason).inc(left)
             served.client.fail_all(ServerStopping(grace))
+        await announced
 
     async def close(self) -> None:
         if self.server:
