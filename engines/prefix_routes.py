@@ -36,12 +36,7 @@ class PrefixRouter:
                 continue
             lengths = saved_lengths(prefix, self.stride)
             start, state = self.cache.longest(prefix, lengths)
-            keys = [hash(prefix[:n]) for n in lengths]
-            if state is None and not any(k in self._seen for k in keys):
-                for k in keys:
-                    self._seen[k] = None
-                while len(self._seen) > SEEN:
-                    self._seen.popitem(last=False)
+            if state is None and self._first_sight(prefix, lengths):
                 continue
             # saved: the last multiple of the stride below the end, and the end (as the
             # llama engine does), so that a longer prefix extending it starts from there
@@ -49,3 +44,14 @@ class PrefixRouter:
             routes[i] = Route(start, state, self.stride,
                               tuple(n for n in (last, len(prefix)) if n > start))
         return routes
+
+    def _first_sight(self, prefix, lengths: list[int]) -> bool:
+        """Whether none of the prefix's saved lengths was seen before; it is remembered."""
+        keys = [hash(prefix[:n]) for n in lengths]
+        if any(k in self._seen for k in keys):
+            return False
+        for k in keys:
+            self._seen[k] = None
+        while len(self._seen) > SEEN:
+            self._seen.popitem(last=False)
+        return True
