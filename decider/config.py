@@ -80,7 +80,7 @@ class CacheSection:
     max_bytes: int = 0  # 0: the engine's default share of memory
 
     def budget(self) -> int | None:
-        """Decider's prefix_cache_bytes: 0 off, None the host's default."""
+        """Decider's prefix_cache_bytes: 0 off, None the engine's default."""
         return (self.max_bytes or None) if self.enabled else 0
 
 
