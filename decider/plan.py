@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from decider.engines.base import Branch, BranchResult, Engine, ScoreJob
 
@@ -66,6 +66,8 @@ class Planner:
     add_bos: bool = True  # the model's tokenizer puts bos_id first (EngineInfo.add_bos)
     calibration: Calibration | None = None  # checked against the model by whoever loads it
     short: Tokenize = field(init=False, repr=False, compare=False)
+    work: Callable[[tuple[Question, ...]], QuestionWork] = field(init=False, repr=False,
+                                                                 compare=False)
 
     def __post_init__(self) -> None:
         # the template's pieces, the questions and the labels recur from request to request
@@ -73,11 +75,15 @@ class Planner:
             return tuple(self.tokenize(text, special=special))
         object.__setattr__(self, "short", functools.lru_cache(maxsize=4096)(tokens))
 
+        def work(questions: tuple[Question, ...]) -> QuestionWork:
+            return question_work(questions, self.format, self.short)
+        object.__setattr__(self, "work", functools.lru_cache(maxsize=1024)(work))
+
     def plan(self, request: Request) -> Plan:
-        request.validate(self.limits)
+        request.validate(self.limits)  # so its questions are Questions, hashable
         plan = build_plan(request, self.format, self.tokenize,
-                          self.bos_id if self.add_bos else None, self.short)
-        plan = replace(plan, calibration=self.calibration)
+                          self.bos_id if self.add_bos else None, self.short,
+                          self.work(request.questions), self.calibration)
         if plan.window_tokens > self.n_ctx:
             raise PromptTooLong(plan.window_tokens, self.n_ctx)
         return plan
@@ -95,28 +101,47 @@ def check_work(engine: Engine, job: ScoreJob, limits: Limits) -> None:
         raise WorkTooLarge(work, limits.max_work_tokens)
 
 
-def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int | None,
-               short: Tokenize | None = None) -> Plan:
-    """bos: the token the model's prompts begin with (None: its tokenizer adds none), placed
-    unless the template's own head already begins with it. short: the tokenizer for
-    everything but the prefix's text and instructions, where a cached one saves the
-    recurring pieces' tokenization (the template's markers too)."""
-    short = short or tokenize
-    _refuse_control_labels(request, short)
-    prefix = _tokens(fmt.render_prefix(request.text, request.instructions), tokenize, short)
-    if bos is not None and prefix[:1] != (bos,):
-        prefix = (bos, *prefix)
+@dataclass(frozen=True, slots=True)
+class QuestionWork:
+    """What a request's questions add to its job, whatever its text: their branches and
+    the keys that read them back. The same questions asked again (most requests) reuse
+    it: a Planner keeps the recent ones."""
+
+    branches: tuple[Branch, ...]
+    keys: tuple[tuple[_BranchKey, ...], ...]  # per question, per branch (job order)
+
+
+def question_work(questions: tuple[Question, ...], fmt: PromptFormat,
+                  short: Tokenize) -> QuestionWork:
+    _refuse_control_labels(questions, short)
     end = _tokens(fmt.render_end(), short)
     branches, keys = [], []
-    for q in request.questions:
+    for q in questions:
         q_keys = []
         for bp in q.branches(fmt):
             cands = build_candidates([fmt.surface_forms(a) for a in bp.answers], short, end)
             branches.append(Branch(_tokens(bp.suffix, short), cands.sequences))
             q_keys.append(_BranchKey(cands, bp.answers))
         keys.append(tuple(q_keys))
-    return Plan(ScoreJob(prefix, tuple(branches), tuple(map(len, keys))), request.questions,
-                tuple(keys))
+    return QuestionWork(tuple(branches), tuple(keys))
+
+
+def build_plan(request: Request, fmt: PromptFormat, tokenize: Tokenize, bos: int | None,
+               short: Tokenize | None = None, work: QuestionWork | None = None,
+               calibration: Calibration | None = None) -> Plan:
+    """bos: the token the model's prompts begin with (None: its tokenizer adds none), placed
+    unless the template's own head already begins with it. short: the tokenizer for
+    everything but the prefix's text and instructions, where a cached one saves the
+    recurring pieces' tokenization (the template's markers too). work: the questions'
+    part, where the caller has it already. calibration: the one its answers are read
+    with."""
+    short = short or tokenize
+    work = work or question_work(request.questions, fmt, short)
+    prefix = _tokens(fmt.render_prefix(request.text, request.instructions), tokenize, short)
+    if bos is not None and prefix[:1] != (bos,):
+        prefix = (bos, *prefix)
+    return Plan(ScoreJob(prefix, work.branches, tuple(map(len, work.keys))),
+                request.questions, work.keys, calibration)
 
 
 def _tokens(pieces: tuple[Piece, ...], tokenize: Tokenize,
@@ -124,15 +149,17 @@ def _tokens(pieces: tuple[Piece, ...], tokenize: Tokenize,
     """Template markers with special tokens parsed (by `markers` where given); everything
     else as plain text."""
     markers = markers or tokenize
-    return tuple(t for text, marker in pieces
-                 for t in (markers if marker else tokenize)(text, special=marker))
+    out: list[int] = []
+    for text, marker in pieces:
+        out += (markers if marker else tokenize)(text, special=marker)
+    return tuple(out)
 
 
-def _refuse_control_labels(request: Request, tokenize: Tokenize) -> None:
+def _refuse_control_labels(questions: tuple[Question, ...], tokenize: Tokenize) -> None:
     """A label is answer text: one that spells a control token of the model (`<eos>`)
     would be scored as text the model never writes, so it is refused."""
     bad = []
-    for i, q in enumerate(request.questions):
+    for i, q in enumerate(questions):
         name, labels = q.options()
         bad += [FieldViolation(("questions", i, name, j), f"{label.name!r} spells a control "
                                "token of the model, not answer text")

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from decider import YesNo
+from decider.bench import processes
 from decider.client import DeciderClient
 from helpers.daemon import DECIDER, alive, free_port, health_status, spawn
 
@@ -29,8 +30,10 @@ def worker_pids(daemon) -> list[int]:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory, model_path):
+    http = f"127.0.0.1:{free_port()}"
     d = spawn(tmp_path_factory.mktemp("frontends"), "--n-ctx", "2048", "--frontends", "2",
-              address=f"127.0.0.1:{free_port()}")
+              "--http", http, address=f"127.0.0.1:{free_port()}")
+    d.http = f"http://{http}"
     deadline = time.monotonic() + 60
     while not worker_pids(d) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -51,6 +54,28 @@ def test_every_connection_is_answered_as_the_in_process_api_answers(daemon, deci
             for (text, question), p_yes in want.items():
                 got = client.decide(text, [YesNo(question)]).answers[0].p_yes
                 assert got == p_yes, (text, question)
+
+
+def test_the_processes_say_their_role_and_the_bench_costs_each_against_bare_servers(
+        daemon, run_cli):
+    """The kernel names the engine process and the front-end worker (ps, top); `decider
+    bench --server` reads their CPU from /proc and, under the same load, a bare gRPC and
+    a bare uvicorn server's: every figure measured, none zero (the kernel counts CPU in
+    10 ms ticks: a hundred calls and more a level)."""
+    pid = daemon.proc.pid
+    roles = processes.roles(pid)
+    assert sorted(roles["front ends"]) == sorted([pid, *worker_pids(daemon)])
+    assert len(roles["engine"]) == 1 and processes.name(roles["engine"][0]) == "decider-engine"
+    for address in (daemon.address, daemon.http):
+        done = run_cli("bench", "--server", address, "--pid", str(pid), "--clients", "4,8",
+                       "--per-client", "25", "--client-processes", "2")
+        assert done.returncode == 0, done.stderr.decode()
+        out = done.stdout.decode()
+        table = out[out.index("CPU ms per request"):].splitlines()[2:]
+        assert [row.split()[0] for row in table] == ["4", "8"], out
+        for row in table:
+            front, engine, bare = map(float, row.split()[1:4])
+            assert front > 0 and engine > 0 and bare > 0, out
 
 
 def test_a_front_end_process_that_dies_ends_the_service_for_systemd_to_restart(daemon):

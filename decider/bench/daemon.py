@@ -13,12 +13,15 @@ the System One HTTP API instead (decider.bench.http_load, one process).
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
+import socket
 import statistics
 import time
 from collections.abc import Sequence
 
 from ..questions import Request, YesNo
+from .processes import cpu_seconds, daemon_pid, roles
 
 WORDS = ("order parcel refund late broken screen price paid twice delivery support email "
          "account password login error charge card bank customer invoice").split()
@@ -33,23 +36,30 @@ def requests(tokens: int, n: int) -> list[Request]:
                     (YesNo(QUESTIONS[i % len(QUESTIONS)]),)) for i in range(n)]
 
 
-async def _drive(address: str, clients: int, per_client: int, tokens: int) -> dict:
+async def _drive(address: str, clients: int, per_client: int, tokens: int,
+                 bare: bool = False) -> dict:
+    """Each client sends its requests one after another; `bare`: health Checks instead."""
     import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from ..service.convert import request_to_proto
     from ..v1 import decider_pb2_grpc as pb_grpc
 
-    protos = [request_to_proto(r) for r in requests(tokens, 64)]
     channels = [grpc.aio.insecure_channel(address) for _ in range(min(8, clients))]
-    stubs = [pb_grpc.DeciderStub(c) for c in channels]
+    if bare:
+        protos = [health_pb2.HealthCheckRequest()]
+        calls = [health_pb2_grpc.HealthStub(c).Check for c in channels]
+    else:
+        protos = [request_to_proto(r) for r in requests(tokens, 64)]
+        calls = [pb_grpc.DeciderStub(c).Decide for c in channels]
     out = {"latency": [], "compute": [], "queue": [], "refused": 0, "failed": {}}
 
     async def client(k: int, n: int) -> None:
-        stub = stubs[k % len(stubs)]
+        call = calls[k % len(calls)]
         for j in range(n):
             t0 = time.perf_counter()
             try:
-                reply = await stub.Decide(protos[(k + j) % len(protos)], timeout=600)
+                reply = await call(protos[(k + j) % len(protos)], timeout=600)
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     out["refused"] += 1
@@ -57,13 +67,14 @@ async def _drive(address: str, clients: int, per_client: int, tokens: int) -> di
                     out["failed"][e.code().name] = out["failed"].get(e.code().name, 0) + 1
                 continue
             out["latency"].append(1000 * (time.perf_counter() - t0))
-            out["compute"].append(reply.timings.compute_ms)
-            out["queue"].append(reply.timings.queue_ms)
+            out["compute"].append(0.0 if bare else reply.timings.compute_ms)
+            out["queue"].append(0.0 if bare else reply.timings.queue_ms)
 
-    await asyncio.gather(*(client(k, 1) for k in range(len(stubs))))  # connect
+    await asyncio.gather(*(client(k, 1) for k in range(len(calls))))  # connect
     for v in out.values():
         if isinstance(v, list):
             v.clear()
+    out["warmup"] = len(calls)
     started = time.perf_counter()
     await asyncio.gather(*(client(k, per_client) for k in range(clients)))
     out["wall"] = time.perf_counter() - started
@@ -72,20 +83,22 @@ async def _drive(address: str, clients: int, per_client: int, tokens: int) -> di
     return out
 
 
-def _client_process(address, clients, per_client, tokens, barrier, conn) -> None:
+def _client_process(address, clients, per_client, tokens, bare, barrier, conn) -> None:
     barrier.wait()  # every process starts its load at once
-    conn.send(asyncio.run(_drive(address, clients, per_client, tokens)))
+    conn.send(asyncio.run(_drive(address, clients, per_client, tokens, bare)))
 
 
-def load(address: str, clients: int, per_client: int, tokens: int, processes: int) -> dict:
-    """One concurrency level, spread over `processes` client processes."""
+def load(address: str, clients: int, per_client: int, tokens: int, processes: int,
+         bare: bool = False) -> dict:
+    """One concurrency level, spread over `processes` client processes. "calls" counts
+    every call the server answered, the connections' first ones too."""
     ctx = multiprocessing.get_context("spawn")
     shares = [clients // processes + (i < clients % processes) for i in range(processes)]
     shares = [s for s in shares if s]
     barrier = ctx.Barrier(len(shares))
     pipes = [ctx.Pipe() for _ in shares]
     procs = [ctx.Process(target=_client_process, args=(address, s, per_client, tokens,
-                                                       barrier, child))
+                                                       bare, barrier, child))
              for s, (_, child) in zip(shares, pipes)]
     for p in procs:
         p.start()
@@ -94,8 +107,9 @@ def load(address: str, clients: int, per_client: int, tokens: int, processes: in
         p.join()
     got = {k: [x for part in parts for x in part[k]] for k in ("latency", "compute", "queue")}
     answered = len(got["latency"])
+    calls = answered + sum(p["warmup"] for p in parts)
     q = statistics.quantiles(got["latency"], n=100) if answered > 1 else got["latency"] * 99
-    return {"clients": clients, "rps": answered / max(p["wall"] for p in parts),
+    return {"clients": clients, "calls": calls, "rps": answered / max(p["wall"] for p in parts),
             "p50": statistics.median(got["latency"]), "p99": q[98],
             "queue_p50": statistics.median(got["queue"]),
             "compute_p50": statistics.median(got["compute"]),
@@ -126,22 +140,66 @@ def engine_rate(model: str, tokens: int, max_batch: int, repeat: int = 15, **opt
     return max_batch / statistics.median(seconds)
 
 
-def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 1024),
-                      per_client: int = 8, tokens: int = 120, processes: int = 4,
-                      model: str | None = None, max_batch: int = 128, **options) -> list[dict]:
-    if address.startswith(("http://", "https://")):
-        import json
-        import urllib.request
+def _costed(measure, pids: dict[str, list[int]]) -> dict:
+    """measure()'s row, with each group of processes' CPU ms per call it answered."""
+    before = {role: cpu_seconds(p) for role, p in pids.items()}
+    row = measure()
+    for role, p in pids.items():
+        row[f"{role} cpu"] = 1000 * (cpu_seconds(p) - before[role]) / row["calls"]
+    return row
 
-        from .http_load import http_load
 
+def _levels(address: str, clients: Sequence[int], per_client: int, tokens: int,
+            client_processes: int, bare: bool = False) -> list:
+    """One measure per concurrency level, for a gRPC or an HTTP address."""
+    if not address.startswith(("http://", "https://")):
+        return [functools.partial(load, address, n, per_client, tokens,
+                                  min(client_processes, n), bare) for n in clients]
+    import json
+    import urllib.request
+
+    from .http_load import http_load
+
+    served = "bare"
+    if not bare:
         with urllib.request.urlopen(f"{address}/v1/models") as reply:  # the served name
             served = json.load(reply)["models"][0]["name"]
-        body = {"model": served, "state": requests(tokens, 1)[0].text,
-                "questions": {"refund": {"type": "noul", "instructions": QUESTIONS[0]}}}
-        rows = asyncio.run(http_load(address, body, clients=clients, per_client=per_client))
+    body = {"model": served, "state": requests(tokens, 1)[0].text,
+            "questions": {"refund": {"type": "noul", "instructions": QUESTIONS[0]}}}
+    return [lambda n=n: asyncio.run(http_load(address, body, clients=(n,),
+                                              per_client=per_client))[0] for n in clients]
+
+
+def _bare_rows(address: str, clients, per_client, tokens, client_processes) -> list[dict]:
+    """The same load on a bare server of the same protocol, in the same run."""
+    import tempfile
+
+    from .bare import bare_grpc, bare_http
+
+    if address.startswith(("http://", "https://")):
+        with socket.socket() as s:  # a free port
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        bare, server = f"http://127.0.0.1:{port}", bare_http(port)
     else:
-        rows = [load(address, n, per_client, tokens, min(processes, n)) for n in clients]
+        bare = f"unix://{tempfile.mkdtemp(prefix='bare-')}/bare.sock"
+        server = bare_grpc(bare)
+    with server as pid:
+        return [_costed(m, {"server": [pid]})
+                for m in _levels(bare, clients, per_client, tokens, client_processes, bare=True)]
+
+
+def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 1024),
+                      per_client: int = 8, tokens: int = 120, processes: int = 4,
+                      model: str | None = None, max_batch: int = 128, pid: int | None = None,
+                      **options) -> list[dict]:
+    """The daemon at `address` under load, level by level; with its pid (found for a unix
+    socket) each level's CPU per request in its front ends and its engine process, beside
+    a bare server's per call under the same load."""
+    pid = pid or daemon_pid(address)
+    pids = roles(pid) if pid else {}
+    rows = [_costed(m, pids) for m in _levels(address, clients, per_client, tokens, processes)]
+    bare = _bare_rows(address, clients, per_client, tokens, processes) if pid else []
     rate = engine_rate(model, tokens, max_batch, **options) if model else None
     print(f"daemon at {address}, one yes/no per request, ~{tokens} prompt tokens, "
           f"{per_client} requests per client, {processes} client processes")
@@ -157,4 +215,15 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
               f"{r['overhead_p50']:>13.2f} "
               f"{r.get('refused', 0):>8} {r.get('failed', 0):>7} {ratio:>15} "
               f"{r.get('failures') or ''}")
+    if bare:
+        print(f"CPU ms per request (the daemon's processes, /proc) beside a bare server's "
+              f"per call under the same load (pids {pids}):")
+        print(f"{'clients':>7} {'front ends':>11} {'engine':>8} {'bare':>8} "
+              f"{'front/bare':>11} {'bare p50 ms':>12} {'p50 - bare':>11}")
+        for r, b in zip(rows, bare):
+            ratio = r["front ends cpu"] / b["server cpu"] if b["server cpu"] else float("nan")
+            print(f"{r['clients']:>7} {r['front ends cpu']:>11.3f} {r['engine cpu']:>8.3f} "
+                  f"{b['server cpu']:>8.3f} {ratio:>10.2f}x "
+                  f"{b['p50']:>12.2f} {r['p50'] - b['p50']:>11.2f}")
+            r["bare"] = b
     return rows

@@ -35,7 +35,7 @@ async def _level(base_url: str, content: bytes, headers: dict, clients: int,
                     answer = await reply.read()
                     latencies.append(1000 * (time.perf_counter() - t0))
                     reply.raise_for_status()
-                computes.append(json.loads(answer)["decider"]["compute_ms"])
+                computes.append(json.loads(answer)["x_decider"]["compute_ms"])
 
         await asyncio.gather(*(client(1) for _ in range(clients)))  # connect, warm up
         latencies.clear(), computes.clear()
@@ -43,7 +43,7 @@ async def _level(base_url: str, content: bytes, headers: dict, clients: int,
         await asyncio.gather(*(client(per_client) for _ in range(clients)))
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
-    return {"clients": clients, "rps": len(latencies) / wall,
+    return {"clients": clients, "calls": len(latencies) + clients, "rps": len(latencies) / wall,
             "p50": statistics.median(latencies), "p99": q[98],
             "compute_p50": statistics.median(computes),
             "overhead_p50": statistics.median(a - b for a, b in zip(latencies, computes)),

@@ -31,6 +31,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decider import Choice, Label, MultiLabel, Request, Scale, YesNo
+from decider.bench.processes import read, roles
 from decider.client import _remote_error, channel_options, target
 from decider.service.convert import request_to_proto
 from decider.v1 import decider_pb2 as pb
@@ -165,24 +166,14 @@ async def load(address: str | Sequence[str], reqs: list, refs: list[tuple], *, c
 
 
 def engine_pids(pid: int) -> list[int]:
-    """The daemon's engine processes (spawned multiprocessing children)."""
-    kids = [int(k) for t in Path(f"/proc/{pid}/task").glob("*/children")
-            for k in _read(str(t)).split()]
-    return sorted(k for k in kids if b"spawn_main" in _read(f"/proc/{k}/cmdline"))
-
-
-def _read(path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError:  # the process ended
-        return b""
+    return roles(pid)["engine"]
 
 
 def usage(pid: int) -> dict[str, dict[str, int]]:
     """RSS (kB) and open fds of the daemon and of each engine process."""
     out = {}
     for name, p in [("daemon", pid)] + [(f"engine {e}", e) for e in engine_pids(pid)]:
-        status = _read(f"/proc/{p}/status").decode()
+        status = read(f"/proc/{p}/status").decode()
         rss = next(int(line.split()[1]) for line in status.splitlines()
                    if line.startswith("VmRSS:"))
         out[name] = {"rss_kb": rss, "fds": len(os.listdir(f"/proc/{p}/fd"))}

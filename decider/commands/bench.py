@@ -26,7 +26,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.server:
         run_service_bench(args.server, clients=args.clients, per_client=args.per_client,
                           tokens=args.tokens, processes=args.client_processes,
-                          model=args.model, max_batch=args.max_batch, **load_options(cfg))
+                          model=args.model, max_batch=args.max_batch, pid=args.pid,
+                          **load_options(cfg))
         return EXIT_OK
     run_bench(args.model, repeat=args.repeat, tokens=args.tokens, limits=cfg.limits,
               **load_options(cfg))

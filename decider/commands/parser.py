@@ -129,6 +129,9 @@ def parser() -> argparse.ArgumentParser:
                        help="with --server: requests each client sends")
     bench.add_argument("--clients", type=_counts(1), default=(1, 64, 256, 1024),
                        help="with --server: concurrency levels, comma-separated")
+    bench.add_argument("--pid", type=_at_least(1),
+                       help="with --server: the daemon's pid, to measure its CPU per request "
+                       "beside a bare server's (found by itself for a unix socket)")
     bench.add_argument("--client-processes", type=_at_least(1), default=4,
                        help="with --server: processes the clients are spread over")
     bench.add_argument("--max-batch", type=_at_least(1), default=128,

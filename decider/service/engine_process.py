@@ -20,6 +20,7 @@ from ..config import Config
 from ..errors import DeciderError, EngineFailure
 from . import messages
 from .messages import Failed, ModelFacts, Ping, Ready, Stop, WireError
+from .process_names import ENGINE, name_this_process
 
 EXIT_LOAD_REFUSED, EXIT_LOAD_FAILED = 2, 1
 
@@ -53,6 +54,7 @@ def load_model(cfg: Config):
 
 def engine_main(cfg: Config, address: str, conn, heartbeat) -> None:
     """The engine process: load, report ready (or why not), serve until told to stop."""
+    name_this_process(ENGINE)
     _obey_the_supervisor_only()
     import zmq
 

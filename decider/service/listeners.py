@@ -119,15 +119,22 @@ def _claim(address: str) -> socket.socket:
 
 
 def _holder(name: bytes) -> str:
-    """' (pid N)': the process holding a claim, from the kernel's peer credentials."""
+    """' (pid N)': the process holding a claim."""
+    pid = peer_pid(name)
+    return f" (pid {pid})" if pid else ""
+
+
+def peer_pid(name: bytes | str) -> int | None:
+    """The pid of the process listening on a unix socket, from the kernel's peer
+    credentials; None if none answers."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
             probe.connect(name)
             creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                      struct.calcsize("3i"))
         except OSError:
-            return ""
-    return f" (pid {struct.unpack('3i', creds)[0]})"
+            return None
+    return struct.unpack("3i", creds)[0]
 
 
 def _refuse_live_socket(address: str) -> None:

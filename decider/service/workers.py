@@ -20,11 +20,13 @@ import structlog
 from ..config import Config
 from . import messages
 from .messages import Down, Serve, Stop
+from .process_names import FRONT_END, name_this_process
 
 
 def worker_main(cfg: Config, conn) -> None:
     from ..logs import configure
 
+    name_this_process(FRONT_END)
     configure(level=cfg.server.log_level, fmt=cfg.server.log_format, stream=sys.stdout)
     asyncio.run(_serve(cfg, conn))
 

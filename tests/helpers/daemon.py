@@ -18,6 +18,7 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
+from decider.bench import processes
 from helpers.command import DECIDER
 
 
@@ -47,20 +48,13 @@ class Daemon:
                    if line.startswith(name + " ") or line.startswith(name + "{"))
 
     def children(self) -> list[int]:
-        """The processes the daemon started: its engine processes and multiprocessing's
-        resource tracker."""
-        children = []
-        for task in Path(f"/proc/{self.proc.pid}/task").glob("*/children"):
-            try:
-                children += [int(pid) for pid in task.read_text().split()]
-            except FileNotFoundError:  # that thread ended
-                pass
-        return children
+        """The processes the daemon started: its engine and front-end processes and
+        multiprocessing's resource tracker."""
+        return processes.children(self.proc.pid)
 
     def engine_pids(self) -> list[int]:
-        """The live engine processes (a killed one is a zombie, no command line, until
-        the daemon reaps it)."""
-        return [pid for pid in self.children() if b"spawn_main" in _cmdline(pid)]
+        """The live engine processes (a killed one is a zombie until the daemon reaps it)."""
+        return processes.roles(self.proc.pid)["engine"]
 
     def signal_all(self, sig: int) -> None:
         """`sig` to every process of the service, as systemd's stop sends SIGTERM
@@ -87,18 +81,7 @@ def free_port() -> int:
 
 def alive(pid: int) -> bool:
     """Running, not a zombie nor gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return b""
+    return processes.name(pid) != ""
 
 
 def error_details(e: grpc.RpcError):
