@@ -28,15 +28,17 @@ def worker_pids(daemon) -> list[int]:
             if '"front-end process serving"' in line]
 
 
+def wait_for_worker(daemon, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not worker_pids(daemon) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory, model_path):
-    http = f"127.0.0.1:{free_port()}"
     d = spawn(tmp_path_factory.mktemp("frontends"), "--n-ctx", "2048", "--frontends", "2",
-              "--http", http, address=f"127.0.0.1:{free_port()}")
-    d.http = f"http://{http}"
-    deadline = time.monotonic() + 60
-    while not worker_pids(d) and time.monotonic() < deadline:
-        time.sleep(0.1)
+              address=f"127.0.0.1:{free_port()}")
+    wait_for_worker(d)
     yield d
     if d.proc.poll() is None:
         assert d.stop() == 0
@@ -54,28 +56,6 @@ def test_every_connection_is_answered_as_the_in_process_api_answers(daemon, deci
             for (text, question), p_yes in want.items():
                 got = client.decide(text, [YesNo(question)]).answers[0].p_yes
                 assert got == p_yes, (text, question)
-
-
-def test_the_processes_say_their_role_and_the_bench_costs_each_against_bare_servers(
-        daemon, run_cli):
-    """The kernel names the engine process and the front-end worker (ps, top); `decider
-    bench --server` reads their CPU from /proc and, under the same load, a bare gRPC and
-    a bare uvicorn server's: every figure measured, none zero (the kernel counts CPU in
-    10 ms ticks: a hundred calls and more a level)."""
-    pid = daemon.proc.pid
-    roles = processes.roles(pid)
-    assert sorted(roles["front ends"]) == sorted([pid, *worker_pids(daemon)])
-    assert len(roles["engine"]) == 1 and processes.name(roles["engine"][0]) == "decider-engine"
-    for address in (daemon.address, daemon.http):
-        done = run_cli("bench", "--server", address, "--pid", str(pid), "--clients", "4,8",
-                       "--per-client", "25", "--client-processes", "2")
-        assert done.returncode == 0, done.stderr.decode()
-        out = done.stdout.decode()
-        table = out[out.index("CPU ms per request"):].splitlines()[2:]
-        assert [row.split()[0] for row in table] == ["4", "8"], out
-        for row in table:
-            front, engine, bare = map(float, row.split()[1:4])
-            assert front > 0 and engine > 0 and bare > 0, out
 
 
 def test_a_front_end_process_that_dies_ends_the_service_for_systemd_to_restart(daemon):
@@ -128,5 +108,35 @@ def test_every_front_end_applies_the_daemons_calibration_and_abstention(tmp_path
                     assert got.calibrated and got.raw.p_yes == raw.p_yes
                     assert got.p_yes == pytest.approx(want.probabilities["yes"], abs=1e-12)
                     assert got.abstained and got.abstain_reason.startswith("confidence ")
+    finally:
+        assert d.stop() == 0
+
+
+def test_the_processes_say_their_role_and_the_bench_costs_each_against_bare_servers(
+        tmp_path, tiny, run_cli):
+    """The kernel names the engine process and the front-end worker (ps, top); `decider
+    bench --server` reads their CPU from /proc and, under the same load, a bare gRPC and
+    a bare uvicorn server's: every figure measured, none zero (the kernel counts CPU in
+    10 ms ticks: a hundred calls and more a level). The tiny model: the service's cost,
+    not the model's."""
+    http = f"127.0.0.1:{free_port()}"
+    d = spawn(tmp_path, "--model", str(tiny), "--threads", "1", "--frontends", "2",
+              "--http", http, address=f"127.0.0.1:{free_port()}")
+    try:
+        wait_for_worker(d)
+        roles = processes.roles(d.proc.pid)
+        assert sorted(roles["front ends"]) == sorted([d.proc.pid, *worker_pids(d)])
+        [engine] = roles["engine"]
+        assert processes.name(engine) == "decider-engine"
+        for address in (d.address, f"http://{http}"):
+            done = run_cli("bench", "--server", address, "--pid", str(d.proc.pid),
+                           "--clients", "4,8", "--per-client", "25", "--client-processes", "2")
+            assert done.returncode == 0, done.stderr.decode()
+            out = done.stdout.decode()
+            table = out[out.index("CPU ms per request"):].splitlines()[2:]
+            assert [row.split()[0] for row in table] == ["4", "8"], out
+            for row in table:
+                front, engine_ms, bare = map(float, row.split()[1:4])
+                assert front > 0 and engine_ms > 0 and bare > 0, out
     finally:
         assert d.stop() == 0

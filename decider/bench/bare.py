@@ -48,21 +48,22 @@ async def _answer(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": ANSWER})
 
 
-def _http_main(port: int, ready) -> None:
+async def _serve_http(port: int, ready) -> None:
     import uvicorn
 
     # the daemon's own settings where they cost per request: httptools, no access log
-    config = uvicorn.Config(_answer, host="127.0.0.1", port=port, http="httptools",
-                            lifespan="off", log_config=None, access_log=False,
-                            server_header=False)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn.Config(
+        _answer, host="127.0.0.1", port=port, http="httptools", lifespan="off",
+        log_config=None, access_log=False, server_header=False))
+    serving = asyncio.create_task(server.serve())
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.005)
+    ready.set()
+    await serving
 
-    async def serve() -> None:
-        await server.startup()
-        ready.set()
-        await server.main_loop()
 
-    asyncio.run(serve())
+def _http_main(port: int, ready) -> None:
+    asyncio.run(_serve_http(port, ready))
 
 
 @contextlib.contextmanager
@@ -72,7 +73,9 @@ def _spawned(target, *args) -> Iterator[int]:
     process = ctx.Process(target=target, args=(*args, ready), daemon=True)
     process.start()
     try:
-        if not ready.wait(60):
+        while not ready.wait(0.1) and process.is_alive():
+            pass
+        if not process.is_alive():
             raise RuntimeError(f"the bare server ({target.__name__}) did not start")
         yield process.pid
     finally:
