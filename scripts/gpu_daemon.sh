@@ -9,7 +9,8 @@
 # llama-cpp-python's source, built here for the CPU (its tokenizer only, ~2 min). Wheels in
 # .whl/ as for scripts/gpu_run.sh. Results go to $OUT. Settings: CLIENTS, PER_CLIENT,
 # PROCS (client processes), MAX_BATCH, MAX_QUEUE, FRONTENDS (front-end processes; past 1
-# the daemon listens on loopback TCP, LISTEN, which they share). A llama-cpp-python wheel
+# the daemon listens on loopback TCP, LISTEN, which they share), DAEMON_CPUS and LOAD_CPUS
+# (taskset lists: the daemon's processes on some cores, the load generator on others). A llama-cpp-python wheel
 # beside the sdist (built for the CPU elsewhere: it is pure ctypes) is installed instead.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,7 +46,9 @@ rm -rf "$TRITON_CACHE_DIR"
 compiled() { find "$TRITON_CACHE_DIR" -name "*.json" ! -name "__grp__*" | sort; }
 frontends=${FRONTENDS:-1}
 listen=${LISTEN:-$([ "$frontends" = 1 ] && echo unix:///tmp/decider.sock || echo 127.0.0.1:50051)}
-python3 -m decider serve --model "$model" --engine triton --listen "$listen" \
+pin_daemon=${DAEMON_CPUS:+taskset -c $DAEMON_CPUS}
+pin_load=${LOAD_CPUS:+taskset -c $LOAD_CPUS}
+$pin_daemon python3 -m decider serve --model "$model" --engine triton --listen "$listen" \
   --http 127.0.0.1:8080 --max-batch "${MAX_BATCH:-128}" --max-queue "${MAX_QUEUE:-4096}" \
   --frontends "$frontends" > "$out/daemon.log" 2>&1 &
 daemon=$!
@@ -74,12 +77,12 @@ async def main():
             print(f"first calls after READY: {n} requests at once, {1000 * (time.perf_counter() - t0):.1f} ms")
 asyncio.run(main())
 EOF
-python3 -m decider bench "$model" --engine triton --server "$listen" \
+$pin_load python3 -m decider bench "$model" --engine triton --server "$listen" \
   --clients "${CLIENTS:-1,64,256,1024}" --per-client "${PER_CLIENT:-40}" \
-  --client-processes "${PROCS:-8}" --max-batch "${MAX_BATCH:-128}" 2>&1 \
-  | tee -a "$out/bench_daemon.txt" | tail -12
-python3 -m decider bench --server http://127.0.0.1:8080 --clients 1,64 \
-  --per-client "${PER_CLIENT:-40}" 2>&1 | tee "$out/bench_http.txt" | tail -6
+  --client-processes "${PROCS:-8}" --max-batch "${MAX_BATCH:-128}" --pid $daemon 2>&1 \
+  | tee -a "$out/bench_daemon.txt" | tail -16
+$pin_load python3 -m decider bench --server http://127.0.0.1:8080 --clients 1,64 \
+  --per-client "${PER_CLIENT:-40}" --pid $daemon 2>&1 | tee "$out/bench_http.txt" | tail -10
 compiled | comm -13 /tmp/compiled-at-ready - > /tmp/compiled-after-ready
 xargs -r -n1 basename < /tmp/compiled-after-ready | sed 's/^/compiled after READY: /' \
   | tee -a "$out/bench_daemon.txt"
