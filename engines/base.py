@@ -147,6 +147,8 @@ class EngineInfo:
 
 
 DEFAULT_N_CTX = 8192  # when neither the caller nor the catalog names a window
+# what an engine writes over output rows before a pass: no forward pass produces -FLT_MAX
+SENTINEL = float(np.finfo(np.float32).min)
 
 
 def resolve_n_ctx(n_ctx: int | None, n_ctx_train: int) -> int:

@@ -34,6 +34,7 @@ from decider.errors import ConfigError, EngineFailure, EngineOutOfMemory
 from .base import (
     DECODE_TOKENS,
     OUTPUT_TOKENS,
+    SENTINEL,
     EngineInfo,
     JobResult,
     NodeLogits,
@@ -63,11 +64,10 @@ from .llama_lib import (
     set_seq_state,
     tokenizer_of,
 )
+from .llama_rows import OutputRows, logsumexp
 from .prefix_cache import PrefixCache, host_budget, saved_lengths
 
 log = structlog.get_logger("decider.engines.llama")
-
-SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
 
 
 class LlamaEngine:
@@ -91,7 +91,6 @@ class LlamaEngine:
             raise ConfigError(f"n_parallel must be in [1, 255], got {n_parallel}")
         path = Path(model_path)
         self._lock = threading.Lock()  # a llama context is not thread-safe
-        self._prev_outputs = 0  # rows the last decode wrote: poisoned before the next one
         self._model = self._ctx = self._batch = None
         self.prefix_cache = None if prefix_cache_bytes == 0 else \
             PrefixCache(prefix_cache_bytes or host_budget())
@@ -111,6 +110,7 @@ class LlamaEngine:
         self._n_batch = n_batch
         self._n_parallel = n_parallel
         self._n_vocab = ll.llama_vocab_n_tokens(self._vocab)
+        self._rows = OutputRows(self._ctx, self._n_vocab)
         self._batch = ll.llama_batch_init(n_batch, 0, 1 + n_parallel)
         desc = ctypes.create_string_buffer(256)
         ll.llama_model_desc(self._model, desc, len(desc))
@@ -307,46 +307,24 @@ class LlamaEngine:
                 if e.out is not None:
                     outputs.append((i, e.out))
             batch.n_tokens = len(chunk)
-            self._poison_previous_rows(fault)
+            if fault != "stale-logits":
+                self._rows.poison()
             if fault not in ("skip-decode", "zero-logits", "stale-logits"):
                 rc = ll.llama_decode(self._ctx, batch)
                 if rc == 1:
                     raise EngineOutOfMemory("llama.cpp found no room in the KV cache")
                 if rc != 0:
                     raise EngineFailure(f"llama_decode failed with code {rc}", code=rc)
-            stale_rows = self._prev_outputs if fault == "stale-logits" else 0
-            self._prev_outputs = len(outputs)
+            stale_rows = self._rows.written if fault == "stale-logits" else 0
+            self._rows.written = len(outputs)
             for j, (i, (bi, path)) in enumerate(outputs):
                 allowed = tries[bi][path]
-                row = self._previous_row(j) if j < stale_rows else self._row(i)
+                row = self._rows.previous(j) if j < stale_rows else self._rows.row(i)
                 if fault == "zero-logits":
                     row = np.zeros(self._n_vocab, dtype=np.float32)
                 read[(bi, path)] = NodeLogits(path, allowed, row[list(allowed)].copy(),
-                                              _logsumexp(row) if path == () else None)
+                                              logsumexp(row) if path == () else None)
         return read
-
-    def _poison_previous_rows(self, fault: str | None) -> None:
-        """Write the sentinel over the rows the last decode produced, so a decode that
-        leaves them alone is caught. (The buffer can move inside llama_decode; a fresh
-        one holds zeros or old memory, which the guard's other tells cover.)"""
-        if fault == "stale-logits" or not self._prev_outputs:
-            return
-        base = ll.llama_get_logits(self._ctx)
-        if base:
-            rows = np.ctypeslib.as_array(base, shape=(self._prev_outputs * self._n_vocab,))
-            rows.fill(SENTINEL)
-
-    def _row(self, i: int) -> np.ndarray:
-        """The logits of batch token i, as llama.cpp maps it to its output buffer."""
-        ptr = ll.llama_get_logits_ith(self._ctx, i)
-        if not ptr:  # llama.cpp has no output row i: report it as unwritten
-            return np.full(self._n_vocab, SENTINEL, dtype=np.float32)
-        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
-
-    def _previous_row(self, j: int) -> np.ndarray:
-        """Output row j as the previous decode left it (the stale-logits fault)."""
-        base = ll.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(base, shape=((j + 1) * self._n_vocab,))[j * self._n_vocab:]
 
 
 class _Stopped(Exception):
@@ -354,12 +332,3 @@ class _Stopped(Exception):
 
     def __init__(self, error: Exception) -> None:
         self.error = error
-
-
-def _logsumexp(row: np.ndarray) -> float:
-    """In float32 with a float64 sum (8x faster than all in float64 over 262,144 logits).
-    A NaN anywhere gives NaN, a +inf gives inf: the guard refuses both."""
-    m = row.max()  # NaN if any is; -inf only if all are
-    if not np.isfinite(m):
-        return float("inf") if m == np.inf else float("nan")
-    return float(m) + float(np.log(np.exp(row - m).sum(dtype=np.float64)))

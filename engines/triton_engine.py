@@ -27,6 +27,7 @@ from decider.errors import ActivationOverflow, ConfigError, EngineFailure, Engin
 from decider.kernels.columns import columns
 
 from .base import (
+    SENTINEL,
     Branch,
     EngineInfo,
     JobResult,
@@ -48,7 +49,6 @@ from .prefix_routes import PrefixRouter
 from .staging import Staging, aligned
 from .vocab import Vocab
 
-SENTINEL = float(np.finfo(np.float32).min)  # no forward pass produces exactly -FLT_MAX
 # default tokens per pass: on CUDA a job of up to 32,768 tokens goes whole, in one pass
 # (each weight dequantized once); several jobs share passes of the largest captured graph
 N_BATCH = {"cuda": 32768, "cpu": 512}
