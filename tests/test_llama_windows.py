@@ -3,7 +3,8 @@ length around the sliding window's multiples, in both layouts of llama_layout.py
 its logits are those of plain one-sequence decodes of the same tokens.
 
 On a tiny random Gemma 3 (window 64, batches of 64) every length 64k - 1, 64k, 64k + 1 up
-to n_ctx runs in seconds; test_llama_windows_real.py does the same on the real model."""
+to n_ctx runs in seconds; test_llama_windows_real.py does the same on the real model
+for the first two multiples, two drawn ones and the longest prompt."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The real gemma-3-270m through the llama.cpp engine as it is loaded by default (n_ctx
 8192, eight label paths a decode, flash attention on): every prompt length around the 512-token
-window's multiples up to n_ctx is answered, with p_yes within the engine's tolerance of a
-plain one-sequence decode of the same tokens (slow: about 420,000 prompt tokens on the
-CPU), a choice of many labels gives the logits of plain decodes in the same batches, and
+window's multiples is answered, with p_yes within the engine's tolerance of a plain
+one-sequence decode of the same tokens (the first two multiples, two drawn from the rest and
+the longest prompt n_ctx holds: about 80,000 prompt tokens on the CPU; the layout's
+arithmetic at every length is proven on the tiny model), a choice of many labels gives the logits of plain decodes in the same batches, and
 the KV memory it reports is the bounded sliding-window arithmetic.
 
 The plain decode runs without flash attention: with it, llama.cpp's logits depend on how
@@ -86,15 +87,16 @@ def plain_nodes(plain: PlainContext, at: int, branch: Branch):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # about 200,000 prompt tokens each on the CPU
+@pytest.mark.timeout(1800)  # about 40,000 prompt tokens each on the CPU
 @pytest.mark.parametrize("questions", [1, 4])
-def test_every_length_around_the_window_fits_and_matches_plain_decodes(
-        engine, plain, model_path, questions):
+def test_lengths_around_the_window_fit_and_match_plain_decodes(
+        engine, plain, model_path, rng, questions):
     tok = engine.tokenize
     asked = branches(tok, questions)
     longest = max(b.positions() + 1 for b in asked)
-    lengths = sorted({n for k in range(1, N_CTX // WINDOW + 1)
-                      for n in (WINDOW * k - 1, WINDOW * k, WINDOW * k + 1)
+    # every multiple costs ~200,000 tokens (40 minutes of CI); the seed replays a draw
+    multiples = [1, 2, *rng.choice(range(3, N_CTX // WINDOW + 1), 2, replace=False)]
+    lengths = sorted({n for k in multiples for n in (WINDOW * k - 1, WINDOW * k, WINDOW * k + 1)
                       if n + longest <= N_CTX} | {N_CTX - longest})
     text = (engine.info.bos_id, *tok(words(np.random.default_rng(19), 9000)))
     assert len(text) >= N_CTX
