@@ -15,10 +15,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import multiprocessing
-import socket
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..questions import Request, YesNo
 from .processes import cpu_seconds, daemon_pid, roles
@@ -140,8 +139,10 @@ def engine_rate(model: str, tokens: int, max_batch: int, repeat: int = 15, **opt
     return max_batch / statistics.median(seconds)
 
 
-def _costed(measure, pids: dict[str, list[int]]) -> dict:
-    """measure()'s row, with each group of processes' CPU ms per call it answered."""
+def _costed(measure, processes: Callable[[], dict[str, list[int]]]) -> dict:
+    """measure()'s row, with each group of processes' CPU ms per call it answered (the
+    groups read again at every level: a daemon may have replaced its engine process)."""
+    pids = processes()
     before = {role: cpu_seconds(p) for role, p in pids.items()}
     row = measure()
     for role, p in pids.items():
@@ -172,20 +173,11 @@ def _levels(address: str, clients: Sequence[int], per_client: int, tokens: int,
 
 def _bare_rows(address: str, clients, per_client, tokens, client_processes) -> list[dict]:
     """The same load on a bare server of the same protocol, in the same run."""
-    import tempfile
-
     from .bare import bare_grpc, bare_http
 
-    if address.startswith(("http://", "https://")):
-        with socket.socket() as s:  # a free port
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        bare, server = f"http://127.0.0.1:{port}", bare_http(port)
-    else:
-        bare = f"unix://{tempfile.mkdtemp(prefix='bare-')}/bare.sock"
-        server = bare_grpc(bare)
-    with server as pid:
-        return [_costed(m, {"server": [pid]})
+    http = address.startswith(("http://", "https://"))
+    with (bare_http() if http else bare_grpc()) as (pid, bare):
+        return [_costed(m, lambda: {"server": [pid]})
                 for m in _levels(bare, clients, per_client, tokens, client_processes, bare=True)]
 
 
@@ -197,8 +189,8 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
     socket) each level's CPU per request in its front ends and its engine process, beside
     a bare server's per call under the same load."""
     pid = pid or daemon_pid(address)
-    pids = roles(pid) if pid else {}
-    rows = [_costed(m, pids) for m in _levels(address, clients, per_client, tokens, processes)]
+    rows = [_costed(m, lambda: roles(pid) if pid else {})
+            for m in _levels(address, clients, per_client, tokens, processes)]
     bare = _bare_rows(address, clients, per_client, tokens, processes) if pid else []
     rate = engine_rate(model, tokens, max_batch, **options) if model else None
     print(f"daemon at {address}, one yes/no per request, ~{tokens} prompt tokens, "
@@ -217,7 +209,7 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
               f"{r.get('failures') or ''}")
     if bare:
         print(f"CPU ms per request (the daemon's processes, /proc) beside a bare server's "
-              f"per call under the same load (pids {pids}):")
+              f"per call under the same load (pids {roles(pid)}):")
         print(f"{'clients':>7} {'front ends':>11} {'engine':>8} {'bare':>8} "
               f"{'front/bare':>11} {'bare p50 ms':>12} {'p50 - bare':>11}")
         for r, b in zip(rows, bare):
