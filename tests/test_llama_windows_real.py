@@ -1,10 +1,11 @@
 """The real gemma-3-270m through the llama.cpp engine as it is loaded by default (n_ctx
-8192, eight label paths a decode, flash attention on): every prompt length around the 512-token
-window's multiples is answered, with p_yes within the engine's tolerance of a plain
-one-sequence decode of the same tokens (the first two multiples, two drawn from the rest and
-the longest prompt n_ctx holds: about 80,000 prompt tokens on the CPU; the layout's
-arithmetic at every length is proven on the tiny model), a choice of many labels gives the logits of plain decodes in the same batches, and
-the KV memory it reports is the bounded sliding-window arithmetic.
+8192, eight label paths a decode, flash attention on): prompt lengths around the 512-token
+window's multiples are answered, with p_yes within the engine's tolerance of a plain
+one-sequence decode of the same tokens (the first two multiples, two drawn from the rest
+and the longest prompt n_ctx holds: about 80,000 prompt tokens on the CPU; the layout's
+arithmetic at every length is proven on the tiny model), a choice of many labels gives the
+logits of plain decodes in the same batches, and the KV memory it reports is the bounded
+sliding-window arithmetic.
 
 The plain decode runs without flash attention: with it, llama.cpp's logits depend on how
 the prefix was cut into decodes (two cuttings of one 5,631-token prefix gave p_yes 0.05
