@@ -137,6 +137,26 @@ def test_a_batch_over_a_quarter_of_the_queue_is_refused_whole(daemon):
     assert [i.WhichOneof("result") for i in full.items] == ["response"] * 16
 
 
+def test_requests_about_one_text_in_one_call_share_a_job_and_answer_as_alone(daemon):
+    """A batch's four items about one text reach the engine in one call (--max-batch 4):
+    one job reads the text for all four, and every answer is the one its request gets
+    alone, bit for bit (llama.cpp answers a question the same whatever shares its job)."""
+    asked = [pb.Question(question="Is a refund requested?", yes_no=pb.YesNo()),
+             pb.Question(question="Is the customer angry?", yes_no=pb.YesNo()),
+             pb.Question(question="What is it about?", choice=pb.Choice(labels=[
+                 pb.Label(name=n) for n in ("billing", "shipping", "login")])),
+             pb.Question(question="Was the order charged twice?", yes_no=pb.YesNo())]
+    items = [pb.DecideRequest(text=TEXT, questions=[q]) for q in asked]
+    with grpc.insecure_channel(daemon.address) as channel:
+        stub = pb_grpc.DeciderStub(channel)
+        alone = [stub.Decide(item, timeout=120) for item in items]
+        shared = daemon.metric("decider_engine_shared_prefix_requests_total")
+        together = stub.DecideBatch(pb.DecideBatchRequest(requests=items), timeout=120)
+    assert daemon.metric("decider_engine_shared_prefix_requests_total") - shared == 3
+    assert [list(i.response.answers) for i in together.items] == [
+        list(a.answers) for a in alone]
+
+
 def test_one_connection_flooding_a_half_full_queue_leaves_the_others_room(tmp_path,
                                                                           model_path):
     """Queue 16 on TCP, the engine held: one connection sends 12 requests; it gets 8 places

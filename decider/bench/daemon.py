@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import multiprocessing
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -24,20 +25,23 @@ from .processes import cpu_seconds, daemon_pid, roles
 
 WORDS = ("order parcel refund late broken screen price paid twice delivery support email "
          "account password login error charge card bank customer invoice").split()
+LEVEL_TEXTS = 1_000_000  # numbers of the texts a load level may draw
 QUESTIONS = ["Does the customer ask for a refund?", "Is the customer angry?",
              "Is this about a delivery?", "Is a payment mentioned?"]
 
 
-def requests(tokens: int, n: int) -> list[Request]:
-    """n yes/no requests of about `tokens` prompt tokens, texts varied so none repeats."""
+def requests(tokens: int, n: int, first: int = 0) -> list[Request]:
+    """n yes/no requests of about `tokens` prompt tokens, numbered from `first`, each text
+    drawn by its number: requests that share a text would share an engine job."""
     words = tokens * 2 // 3
-    return [Request(" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(words)),
-                    (YesNo(QUESTIONS[i % len(QUESTIONS)]),)) for i in range(n)]
+    return [Request(" ".join(random.Random(i).choices(WORDS, k=words)),
+                    (YesNo(QUESTIONS[i % len(QUESTIONS)]),)) for i in range(first, first + n)]
 
 
 async def _drive(address: str, clients: int, per_client: int, tokens: int,
-                 bare: bool = False) -> dict:
-    """Each client sends its requests one after another; `bare`: health Checks instead."""
+                 bare: bool = False, first: int = 0) -> dict:
+    """Each client sends its requests one after another, each its own text (numbered from
+    `first`); `bare`: health Checks instead."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -49,7 +53,7 @@ async def _drive(address: str, clients: int, per_client: int, tokens: int,
         protos = [health_pb2.HealthCheckRequest()]
         calls = [health_pb2_grpc.HealthStub(c).Check for c in channels]
     else:
-        protos = [request_to_proto(r) for r in requests(tokens, 64)]
+        protos = [request_to_proto(r) for r in requests(tokens, clients * per_client, first)]
         calls = [pb_grpc.DeciderStub(c).Decide for c in channels]
     out = {"latency": [], "compute": [], "queue": [], "refused": 0, "failed": {}}
 
@@ -58,7 +62,7 @@ async def _drive(address: str, clients: int, per_client: int, tokens: int,
         for j in range(n):
             t0 = time.perf_counter()
             try:
-                reply = await call(protos[(k + j) % len(protos)], timeout=600)
+                reply = await call(protos[(k * per_client + j) % len(protos)], timeout=600)
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     out["refused"] += 1
@@ -82,9 +86,10 @@ async def _drive(address: str, clients: int, per_client: int, tokens: int,
     return out
 
 
-def _client_process(address, clients, per_client, tokens, bare, barrier, conn) -> None:
+def _client_process(address, clients, per_client, tokens, bare, first, barrier, conn
+                    ) -> None:
     barrier.wait()  # every process starts its load at once
-    conn.send(asyncio.run(_drive(address, clients, per_client, tokens, bare)))
+    conn.send(asyncio.run(_drive(address, clients, per_client, tokens, bare, first)))
 
 
 def load(address: str, clients: int, per_client: int, tokens: int, processes: int,
@@ -96,9 +101,12 @@ def load(address: str, clients: int, per_client: int, tokens: int, processes: in
     shares = [s for s in shares if s]
     barrier = ctx.Barrier(len(shares))
     pipes = [ctx.Pipe() for _ in shares]
+    # every request of the run its own text, levels apart too (a prefix cache would
+    # answer a text seen at an earlier level)
+    firsts = [LEVEL_TEXTS * clients + per_client * sum(shares[:i]) for i in range(len(shares))]
     procs = [ctx.Process(target=_client_process, args=(address, s, per_client, tokens,
-                                                       bare, barrier, child))
-             for s, (_, child) in zip(shares, pipes)]
+                                                       bare, first, barrier, child))
+             for s, first, (_, child) in zip(shares, firsts, pipes)]
     for p in procs:
         p.start()
     parts = [parent.recv() for parent, _ in pipes]
@@ -165,9 +173,13 @@ def _levels(address: str, clients: Sequence[int], per_client: int, tokens: int,
     if not bare:
         with urllib.request.urlopen(f"{address}/v1/models") as reply:  # the served name
             served = json.load(reply)["models"][0]["name"]
-    body = {"model": served, "state": requests(tokens, 1)[0].text,
-            "questions": {"refund": {"type": "noul", "instructions": QUESTIONS[0]}}}
-    return [lambda n=n: asyncio.run(http_load(address, body, clients=(n,),
+
+    def bodies(n: int) -> list[dict]:
+        return [{"model": served, "state": r.text, "questions": {"refund": {
+            "type": "noul", "instructions": QUESTIONS[0]}}}
+            for r in requests(tokens, n * per_client, LEVEL_TEXTS * n)]
+
+    return [lambda n=n: asyncio.run(http_load(address, bodies(n), clients=(n,),
                                               per_client=per_client))[0] for n in clients]
 
 

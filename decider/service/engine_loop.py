@@ -2,11 +2,12 @@
 
 A request over the work bound is refused as it arrives. The moment the engine is free it
 takes everything waiting (up to `max_batch` requests, in arrival order) into one engine
-call. A request whose deadline passed while it waited, or whose front end cancelled it,
-never reaches the engine; one past `max_queue` waiting is refused at once. Between the
-chunks of a call (engines that have them) the loop reads its socket again: a request
-cancelled or past its deadline by then is dropped from the rest of the call. Results go
-back raw but guarded, one message per front end per call (decider/service/messages.py).
+call, the requests that share a prefix as one job (prefix_groups.py). A request whose
+deadline passed while it waited, or whose front end cancelled it, never reaches the
+engine; one past `max_queue` waiting is refused at once. Between the chunks of a call
+(engines that have them) the loop reads its socket again: a job whose requests are all
+cancelled or past their deadlines by then is dropped from the rest of the call. Results
+go back raw but guarded, one message per front end per call (decider/service/messages.py).
 """
 
 from __future__ import annotations
@@ -17,15 +18,23 @@ from dataclasses import dataclass, replace
 import structlog
 import zmq
 
-from ..engines import Engine, ScoreJob
+from ..engines import Engine, JobResult, ScoreJob
 from ..engines.prefix_cache import CacheStats
-from ..errors import Cancelled, DeadlineExceeded, DeciderError, EngineFailure, QueueFull
+from ..errors import (
+    ActivationOverflow,
+    Cancelled,
+    DeadlineExceeded,
+    DeciderError,
+    EngineFailure,
+    QueueFull,
+)
 from ..guard import LogitsGuard, guarded_score
 from ..plan import check_work
 from ..questions import Limits
 from . import messages
 from .messages import Answered, Cancel, Refused, Score, Stop, WireError
 from .metrics import Metrics
+from .prefix_groups import PrefixGroup, group_by_prefix
 
 log = structlog.get_logger("decider.engine")
 
@@ -41,6 +50,15 @@ class _Waiting:
     deadline: float
     sent: float  # by the front end: queue time counts from there
     cancelled: bool = False
+
+
+def _ended(w: _Waiting) -> DeciderError | None:
+    """Why the engine should stop working on a request now, if it should."""
+    if w.cancelled:
+        return Cancelled("the request was cancelled while the engine worked on it")
+    if time.monotonic() >= w.deadline:
+        return DeadlineExceeded("the deadline passed while the engine worked on the request")
+    return None
 
 
 class EngineLoop:
@@ -129,20 +147,19 @@ class EngineLoop:
         self.metrics.engine_requests.inc(len(batch))
         self._running = {(w.sender, w.rid): w for w in batch}
 
-        def stop(i: int) -> DeciderError | None:
+        groups = group_by_prefix([w.job for w in batch])
+        self.metrics.engine_shared_prefix.inc(len(batch) - len(groups))
+
+        def stop(members: tuple[int, ...]) -> DeciderError | None:
+            """Asked between chunks: a job ends when every request in it has ended."""
             self.heartbeat.value = time.monotonic()  # a chunk done: progress
             self._receive(sock)  # cancellations sent since the call began
             self._flush(sock)  # and refusals of what arrived meanwhile go out now
-            w = batch[i]
-            if w.cancelled:
-                return Cancelled("the request was cancelled while the engine worked on it")
-            if time.monotonic() >= w.deadline:
-                return DeadlineExceeded("the deadline passed while the engine worked on "
-                                        "the request")
-            return None
+            ended = [_ended(batch[i]) for i in members]
+            return ended[0] if all(ended) else None
 
         try:
-            results = guarded_score(self.engine, self.guard, [w.job for w in batch], stop)
+            results = self._score(batch, groups, stop)
         except Exception as e:  # noqa: BLE001 - the call itself failed: all of it fails
             error = e if isinstance(e, DeciderError) else EngineFailure(
                 f"the engine call failed: {type(e).__name__}: {e}")
@@ -164,6 +181,27 @@ class EngineLoop:
                 self._reply(w.sender, Answered(w.rid, r, 1000 * (started - w.sent),
                                                compute_ms, r.cached_tokens))
         return False
+
+    def _score(self, batch: list[_Waiting], groups: list[PrefixGroup], stop
+               ) -> list[JobResult | Exception]:
+        """Each request's result, its group's job split back; a group whose activations
+        overflowed is scored again request by request, so that only the one at fault is
+        refused (as guarded_score does for jobs)."""
+        results: list[JobResult | Exception] = [None] * len(batch)
+        scored = guarded_score(self.engine, self.guard, [g.job for g in groups],
+                               lambda g: stop(groups[g].members))
+        for group, result in zip(groups, scored, strict=True):
+            if isinstance(result, ActivationOverflow) and len(group.members) > 1:
+                alone = guarded_score(self.engine, self.guard,
+                                      [batch[i].job for i in group.members],
+                                      lambda k, m=group.members: stop((m[k],)))
+            elif isinstance(result, Exception):  # stopped, each for its own reason
+                alone = [_ended(batch[i]) or result for i in group.members]
+            else:
+                alone = group.split(result)
+            for i, r in zip(group.members, alone, strict=True):
+                results[i] = r
+        return results
 
     def _count_cache(self) -> None:
         """The prefix cache's counts since the last call, into the metrics."""

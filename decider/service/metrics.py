@@ -35,6 +35,9 @@ class Metrics:
         self.engine_calls = Counter("decider_engine_calls", "Engine calls", registry=r)
         self.engine_requests = Counter("decider_engine_requests", "Requests that reached "
                                        "the engine", registry=r)
+        self.engine_shared_prefix = Counter(
+            "decider_engine_shared_prefix_requests", "Requests whose prefix another request "
+            "of the same engine call read (one job for both)", registry=r)
         self.engine_failures = Counter("decider_engine_failures", "Engine calls that failed, "
                                        "by reason", ["reason"], registry=r)
         self.cache_lookups = Counter("decider_prefix_cache_lookups", "Requests that looked "

@@ -1,0 +1,49 @@
+"""Requests of one engine call that share a prefix become one job, and each gets its own
+branches' results back (decider/service/prefix_groups.py); generated calls."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from decider.engines import Branch, JobResult, NodeLogits, ScoreJob
+from decider.service.prefix_groups import group_by_prefix
+
+PREFIXES = ((2, 10), (2, 10, 11), (2, 12))  # three prefixes, one extending another
+
+
+@st.composite
+def calls(draw) -> list[ScoreJob]:
+    """Jobs of 1-3 branches over the three prefixes, with or without question counts."""
+    jobs = []
+    for _ in range(draw(st.integers(1, 12))):
+        n = draw(st.integers(1, 3))
+        branches = tuple(Branch((draw(st.integers(20, 99)),), ((5,), (6,))) for _ in range(n))
+        questions = draw(st.sampled_from([(), (n,), (1,) * n]))
+        jobs.append(ScoreJob(draw(st.sampled_from(PREFIXES)), branches, questions))
+    return jobs
+
+
+def answered(job: ScoreJob) -> JobResult:
+    """A stand-in engine's result: each branch's one node carries its suffix token."""
+    return JobResult([(NodeLogits((), (5, 6), b.suffix),) for b in job.branches], 7)
+
+
+@given(calls())
+def test_each_prefix_is_one_job_and_each_request_gets_its_own_branches(jobs):
+    groups = group_by_prefix(jobs)
+    assert [g.job.prefix for g in groups] == list(dict.fromkeys(j.prefix for j in jobs))
+    assert sorted(i for g in groups for i in g.members) == list(range(len(jobs)))
+    for g in groups:
+        assert [len(u) for u in g.job.units()] == [
+            len(u) for i in g.members for u in jobs[i].units()]  # questions kept apart
+        for i, result in zip(g.members, g.split(answered(g.job)), strict=True):
+            assert jobs[i].prefix == g.job.prefix
+            assert [nodes[0].logits for nodes in result] == [b.suffix for b in jobs[i].branches]
+            assert result.cached_tokens == 7
+
+
+def test_a_prefix_alone_is_its_job_unchanged():
+    job = ScoreJob((2, 10), (Branch((30,), ((5,), (6,))),))
+    [group] = group_by_prefix([job])
+    assert group.job is job and group.split(answered(job))[0] == answered(job)
