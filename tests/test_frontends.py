@@ -116,9 +116,9 @@ def test_the_processes_say_their_role_and_the_bench_costs_each_against_bare_serv
         tmp_path, tiny, run_cli):
     """The kernel names the engine process and the front-end worker (ps, top); `decider
     bench --server` reads their CPU from /proc and, under the same load, a bare gRPC and
-    a bare uvicorn server's: every figure measured, none zero (the kernel counts CPU in
-    10 ms ticks: a hundred calls and more a level). The tiny model: the service's cost,
-    not the model's."""
+    a bare uvicorn server's: every figure measured, none zero (the threads' CPU read in
+    nanoseconds: in 10 ms ticks a bare server's hundred calls could read as none). The
+    tiny model: the service's cost, not the model's."""
     http = f"127.0.0.1:{free_port()}"
     d = spawn(tmp_path, "--model", str(tiny), "--threads", "1", "--frontends", "2",
               "--http", http, address=f"127.0.0.1:{free_port()}")
