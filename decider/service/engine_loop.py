@@ -195,8 +195,10 @@ class EngineLoop:
                 alone = guarded_score(self.engine, self.guard,
                                       [batch[i].job for i in group.members],
                                       lambda k, m=group.members: stop((m[k],)))
-            elif isinstance(result, Exception):  # stopped, each for its own reason
+            elif isinstance(result, (Cancelled, DeadlineExceeded)):  # stopped: each its reason
                 alone = [_ended(batch[i]) or result for i in group.members]
+            elif isinstance(result, Exception):
+                alone = [result] * len(group.members)
             else:
                 alone = group.split(result)
             for i, r in zip(group.members, alone, strict=True):
