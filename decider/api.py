@@ -25,9 +25,10 @@ from .catalog import Catalog, ModelEntry
 from .chat_template import prompt_format
 from .engine_choice import choose_engine
 from .errors import DeciderError
-from .guard import LogitsGuard, guarded_score
+from .guard import LogitsGuard
 from .logs import default_to_stderr
 from .plan import Plan, Planner, check_work
+from .prefix_groups import group_by_prefix, score_groups
 from .questions import Limits, Question, Request, Scored
 
 log = structlog.get_logger("decider")
@@ -121,9 +122,10 @@ class Decider:
         return answer_here(self, body).model_dump(mode="json")
 
     def decide_many(self, requests: Sequence[Request]) -> list[Decision | DeciderError]:
-        """Answer several requests in one engine call. A request that is invalid or over
-        the window gets its own error, as does one whose activations overflow (the others
-        are then answered again, each alone); an engine failure raises for all of them."""
+        """Answer several requests in one engine call, those that share a prefix (a text
+        asked about again) read as one job. A request that is invalid or over the window
+        gets its own error, as does one whose activations overflow (the others are then
+        answered again, each alone); an engine failure raises for all of them."""
         return [self.read(plan, results) for plan, results in self._score(requests)]
 
     def branch_scores(self, requests: Sequence[Request]
@@ -140,10 +142,10 @@ class Decider:
                 plans.append(self.plan(request))
             except DeciderError as e:
                 plans.append(e)
-        ready = [p for p in plans if isinstance(p, Plan)]
-        if ready:
+        jobs = [p.job for p in plans if isinstance(p, Plan)]
+        if jobs:
             with self._call_lock:
-                scored = iter(guarded_score(self.engine, self.guard, [p.job for p in ready]))
+                scored = iter(score_groups(self.engine, self.guard, jobs, group_by_prefix(jobs)))
         return [(None, p) if isinstance(p, DeciderError) else (p, next(scored)) for p in plans]
 
     def plan(self, request: Request) -> Plan:

@@ -1,5 +1,6 @@
 """Requests of one engine call that share a prefix become one job, and each gets its own
-branches' results back (decider/service/prefix_groups.py); generated calls."""
+branches' results back (decider/prefix_groups.py): generated calls, then the real model
+in-process (the daemon's side: tests/test_engine_process.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from decider.engines import Branch, JobResult, NodeLogits, ScoreJob
-from decider.service.prefix_groups import group_by_prefix
+from decider.prefix_groups import group_by_prefix
+from decider.questions import Choice, Request, YesNo
 
 PREFIXES = ((2, 10), (2, 10, 11), (2, 12))  # three prefixes, one extending another
 
@@ -47,3 +49,20 @@ def test_a_prefix_alone_is_its_job_unchanged():
     job = ScoreJob((2, 10), (Branch((30,), ((5,), (6,))),))
     [group] = group_by_prefix([job])
     assert group.job is job and group.split(answered(job))[0] == answered(job)
+
+
+def test_one_decide_many_reads_a_shared_text_once_and_answers_as_alone(decider, monkeypatch):
+    """Three requests about one text and one about another, in one decide_many: the engine
+    gets two jobs, and every answer is the one its request gets alone, bit for bit."""
+    text = "I was charged twice for my order and nobody answers my emails."
+    asked = [YesNo("Is a refund requested?"), YesNo("Is the customer angry?"),
+             Choice("What is it about?", ["billing", "shipping", "login"])]
+    requests = [Request(text, (q,)) for q in asked] + [
+        Request("The parcel never arrived.", (asked[0],))]
+    alone = [decider.decide_request(r) for r in requests]
+    calls, score = [], decider.engine.score
+    monkeypatch.setattr(decider.engine, "score",
+                        lambda jobs, stop=None: calls.append(len(jobs)) or score(jobs, stop))
+    together = decider.decide_many(requests)
+    assert calls == [2]
+    assert [d.answers for d in together] == [d.answers for d in alone]

@@ -2,7 +2,7 @@
 
 A request over the work bound is refused as it arrives. The moment the engine is free it
 takes everything waiting (up to `max_batch` requests, in arrival order) into one engine
-call, the requests that share a prefix as one job (prefix_groups.py). A request whose
+call, the requests that share a prefix as one job (decider/prefix_groups.py). A request whose
 deadline passed while it waited, or whose front end cancelled it, never reaches the
 engine; one past `max_queue` waiting is refused at once. Between the chunks of a call
 (engines that have them) the loop reads its socket again: a job whose requests are all
@@ -18,23 +18,22 @@ from dataclasses import dataclass, replace
 import structlog
 import zmq
 
-from ..engines import Engine, JobResult, ScoreJob
+from ..engines import Engine, ScoreJob
 from ..engines.prefix_cache import CacheStats
 from ..errors import (
-    ActivationOverflow,
     Cancelled,
     DeadlineExceeded,
     DeciderError,
     EngineFailure,
     QueueFull,
 )
-from ..guard import LogitsGuard, guarded_score
+from ..guard import LogitsGuard
 from ..plan import check_work
+from ..prefix_groups import group_by_prefix, score_groups
 from ..questions import Limits
 from . import messages
 from .messages import Answered, Cancel, Refused, Score, Stop, WireError
 from .metrics import Metrics
-from .prefix_groups import PrefixGroup, group_by_prefix
 
 log = structlog.get_logger("decider.engine")
 
@@ -147,7 +146,8 @@ class EngineLoop:
         self.metrics.engine_requests.inc(len(batch))
         self._running = {(w.sender, w.rid): w for w in batch}
 
-        groups = group_by_prefix([w.job for w in batch])
+        jobs = [w.job for w in batch]
+        groups = group_by_prefix(jobs)
         self.metrics.engine_shared_prefix.inc(len(batch) - len(groups))
 
         def stop(members: tuple[int, ...]) -> DeciderError | None:
@@ -159,7 +159,7 @@ class EngineLoop:
             return ended[0] if all(ended) else None
 
         try:
-            results = self._score(batch, groups, stop)
+            results = score_groups(self.engine, self.guard, jobs, groups, stop)
         except Exception as e:  # noqa: BLE001 - the call itself failed: all of it fails
             error = e if isinstance(e, DeciderError) else EngineFailure(
                 f"the engine call failed: {type(e).__name__}: {e}")
@@ -175,35 +175,14 @@ class EngineLoop:
             self._count_cache()
         compute_ms = 1000 * (time.monotonic() - started)
         for w, r in zip(batch, results, strict=True):
+            if isinstance(r, (Cancelled, DeadlineExceeded)):  # a shared job stopped
+                r = _ended(w) or r  # each its own reason
             if isinstance(r, DeciderError):
                 self._refuse(w.sender, w.rid, r)
             else:
                 self._reply(w.sender, Answered(w.rid, r, 1000 * (started - w.sent),
                                                compute_ms, r.cached_tokens))
         return False
-
-    def _score(self, batch: list[_Waiting], groups: list[PrefixGroup], stop
-               ) -> list[JobResult | Exception]:
-        """Each request's result, its group's job split back; a group whose activations
-        overflowed is scored again request by request, so that only the one at fault is
-        refused (as guarded_score does for jobs)."""
-        results: list[JobResult | Exception] = [None] * len(batch)
-        scored = guarded_score(self.engine, self.guard, [g.job for g in groups],
-                               lambda g: stop(groups[g].members))
-        for group, result in zip(groups, scored, strict=True):
-            if isinstance(result, ActivationOverflow) and len(group.members) > 1:
-                alone = guarded_score(self.engine, self.guard,
-                                      [batch[i].job for i in group.members],
-                                      lambda k, m=group.members: stop((m[k],)))
-            elif isinstance(result, (Cancelled, DeadlineExceeded)):  # stopped: each its reason
-                alone = [_ended(batch[i]) or result for i in group.members]
-            elif isinstance(result, Exception):
-                alone = [result] * len(group.members)
-            else:
-                alone = group.split(result)
-            for i, r in zip(group.members, alone, strict=True):
-                results[i] = r
-        return results
 
     def _count_cache(self) -> None:
         """The prefix cache's counts since the last call, into the metrics."""

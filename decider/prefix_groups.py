@@ -11,10 +11,15 @@ share its job (tests/test_order.py: 0 on llama.cpp, within 1e-6 on the others).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..engines import JobResult, ScoreJob
+from .engines import Engine, JobResult, ScoreJob
+from .errors import ActivationOverflow, DeciderError
+from .guard import LogitsGuard, guarded_score
+
+# asked between chunks with a group's members: an error ends their job
+MembersStop = Callable[[tuple[int, ...]], DeciderError | None]
 
 
 @dataclass(slots=True)  # one for every job of every call: frozen costs twice as much
@@ -51,3 +56,25 @@ def _group(jobs: Sequence[ScoreJob], members: list[int]) -> PrefixGroup:
         questions += job.questions or (1,) * len(job.branches)
     merged = ScoreJob(jobs[members[0]].prefix, tuple(branches), tuple(questions))
     return PrefixGroup(merged, tuple(members), tuple(spans))
+
+
+def score_groups(engine: Engine, guard: LogitsGuard, jobs: Sequence[ScoreJob],
+                 groups: Sequence[PrefixGroup], stop: MembersStop | None = None
+                 ) -> list[JobResult | Exception]:
+    """Each job's result from one engine call of the groups' jobs, split back. A group
+    whose activations overflowed is scored again job by job, so that only the one at
+    fault is refused (as guarded_score does for jobs); any other error is every member's."""
+    results: list[JobResult | Exception] = [None] * len(jobs)
+    scored = guarded_score(engine, guard, [g.job for g in groups],
+                           stop and (lambda g: stop(groups[g].members)))
+    for group, result in zip(groups, scored, strict=True):
+        if isinstance(result, ActivationOverflow) and len(group.members) > 1:
+            alone = guarded_score(engine, guard, [jobs[i] for i in group.members],
+                                  stop and (lambda k, m=group.members: stop((m[k],))))
+        elif isinstance(result, Exception):
+            alone = [result] * len(group.members)
+        else:
+            alone = group.split(result)
+        for i, r in zip(group.members, alone, strict=True):
+            results[i] = r
+    return results
