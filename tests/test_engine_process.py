@@ -157,6 +157,32 @@ def test_requests_about_one_text_in_one_call_share_a_job_and_answer_as_alone(dae
         list(a.answers) for a in alone]
 
 
+def test_a_request_waiting_past_a_full_batch_rides_on_a_taken_request_about_its_text(
+        daemon):
+    """The engine held, six requests queue: five texts, the first asked about twice. The
+    next call takes the first four (--max-batch 4) and the second question about the
+    first text with them, though two requests came before it: the metric counts one
+    request that shared a job (none would, taken in arrival order: [A B C D], [A' E])."""
+    texts = [f"{TEXT} Order {n}." for n in "ABCDE"]
+    order = [texts[0], *texts[1:4], texts[0], texts[4]]
+
+    async def scenario():
+        async with AsyncDeciderClient(daemon.address, timeout=120) as client:
+            daemon.fault_file.write_text("hang:2")
+            held = asyncio.create_task(client.decide(TEXT, [YesNo("Is it urgent?")]))
+            await asyncio.sleep(0.5)  # in the engine, stalled
+            asked = []
+            for i, text in enumerate(order):  # one at a time: arrival order is this order
+                asked.append(asyncio.create_task(client.decide(text, [YesNo(f"Q{i}?")])))
+                await asyncio.sleep(0.05)
+            return await asyncio.gather(held, *asked)
+
+    shared = daemon.metric("decider_engine_shared_prefix_requests_total")
+    answers = asyncio.run(scenario())
+    assert len(answers) == 7
+    assert daemon.metric("decider_engine_shared_prefix_requests_total") - shared == 1
+
+
 def test_one_connection_flooding_a_half_full_queue_leaves_the_others_room(tmp_path,
                                                                           model_path):
     """Queue 16 on TCP, the engine held: one connection sends 12 requests; it gets 8 places

@@ -1,13 +1,14 @@
 """The engine loop: the engine process's one thread of work.
 
 A request over the work bound is refused as it arrives. The moment the engine is free it
-takes everything waiting (up to `max_batch` requests, in arrival order) into one engine
-call, the requests that share a prefix as one job (decider/prefix_groups.py). A request whose
-deadline passed while it waited, or whose front end cancelled it, never reaches the
-engine; one past `max_queue` waiting is refused at once. Between the chunks of a call
-(engines that have them) the loop reads its socket again: a job whose requests are all
-cancelled or past their deadlines by then is dropped from the rest of the call. Results
-go back raw but guarded, one message per front end per call (decider/service/messages.py).
+takes everything waiting (up to `max_batch` requests, in arrival order, and up to as
+many later ones that share a prefix with those) into one engine call, the requests that
+share a prefix as one job (decider/prefix_groups.py). A request whose deadline passed
+while it waited, or whose front end cancelled it, never reaches the engine; one past
+`max_queue` waiting is refused at once. Between the chunks of a call (engines that have
+them) the loop reads its socket again: a job whose requests are all cancelled or past
+their deadlines by then is dropped from the rest of the call. Results go back raw but
+guarded, one message per front end per call (decider/service/messages.py).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class _Waiting:
     job: ScoreJob
     deadline: float
     sent: float  # by the front end: queue time counts from there
+    prefix_hash: int  # hashed once: a scan of the queue compares these
     cancelled: bool = False
 
 
@@ -124,9 +126,12 @@ class EngineLoop:
             return self._refuse(sender, op.rid, QueueFull(
                 f"the queue is full ({self.max_queue} requests waiting)",
                 max_queue=self.max_queue))
-        self._waiting[sender, op.rid] = _Waiting(sender, op.rid, op.job, op.deadline, op.sent)
+        self._waiting[sender, op.rid] = _Waiting(sender, op.rid, op.job, op.deadline, op.sent,
+                                                 hash(op.job.prefix))
 
     def _take(self) -> list[_Waiting]:
+        """Up to max_batch requests in arrival order; then, while more wait, up to max_batch
+        more of those that share a taken request's prefix: they ride on its read."""
         batch, now = [], time.monotonic()
         while self._waiting and len(batch) < self.max_batch:
             w = self._waiting.pop(next(iter(self._waiting)))
@@ -135,6 +140,11 @@ class EngineLoop:
                     "the deadline passed while the request waited for the engine"))
             else:
                 batch.append(w)
+        if self._waiting:
+            taken = {w.prefix_hash: w.job.prefix for w in batch}
+            riders = [key for key, w in self._waiting.items() if now < w.deadline and
+                      taken.get(w.prefix_hash, ()) == w.job.prefix][:self.max_batch]
+            batch += [self._waiting.pop(key) for key in riders]
         self.metrics.queue_depth.set(len(self._waiting))
         return batch
 
