@@ -28,20 +28,22 @@ def worker_pids(daemon) -> list[int]:
             if '"front-end process serving"' in line]
 
 
-def wait_for_worker(daemon, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not worker_pids(daemon) and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory, model_path):
     d = spawn(tmp_path_factory.mktemp("frontends"), "--n-ctx", "2048", "--frontends", "2",
               address=f"127.0.0.1:{free_port()}")
-    wait_for_worker(d)
     yield d
     if d.proc.poll() is None:
         assert d.stop() == 0
+
+
+def test_the_daemon_is_ready_once_every_front_end_listens(daemon):
+    """Readiness is the whole capacity (a balancer sends its share at once): the extra
+    front end, started while the model loaded, said it listens before the daemon said it
+    serves, and health answered SERVING only after that."""
+    events = [json.loads(line)["event"] for line in daemon.log().splitlines()
+              if line.startswith("{")]
+    assert events.index("front-end process serving") < events.index("serving")
 
 
 def test_every_connection_is_answered_as_the_in_process_api_answers(daemon, decider):
@@ -123,7 +125,6 @@ def test_the_processes_say_their_role_and_the_bench_costs_each_against_bare_serv
     d = spawn(tmp_path, "--model", str(tiny), "--threads", "1", "--frontends", "2",
               "--http", http, address=f"127.0.0.1:{free_port()}")
     try:
-        wait_for_worker(d)
         roles = processes.roles(d.proc.pid)
         assert sorted(roles["front ends"]) == sorted([d.proc.pid, *worker_pids(d)])
         [engine] = roles["engine"]

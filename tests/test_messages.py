@@ -18,6 +18,7 @@ from decider.service.messages import (
     Cancel,
     Down,
     Failed,
+    Listening,
     ModelFacts,
     Ping,
     Ready,
@@ -98,6 +99,10 @@ def test_the_engine_process_pipe_round_trips(sent):
 @given(st.builds(Serve, facts, text, limits) | st.builds(Down, wire_errors) | st.just(Stop()))
 def test_the_front_end_worker_pipe_round_trips(sent):
     assert plain(messages.to_worker(messages.encode(sent))) == plain(sent)
+
+
+def test_a_front_end_worker_says_it_listens():
+    assert messages.from_worker(messages.encode(Listening())) == Listening()
 
 
 @settings(max_examples=60)

@@ -101,11 +101,14 @@ class Daemon:
         self._claims = claim_addresses(self.cfg)  # before anything loads
         await self.servers.set_health(False)
         await self.servers.start()
-        self.notifier.status("loading the model")
-        engine, served = await self._start_engine(self.cfg)
+        # the extra front ends start while the model loads, and the daemon is ready once
+        # each listens: readiness means the whole capacity (a balancer sends it all)
         self.workers = [FrontendWorker(self.cfg) for _ in range(self.cfg.server.frontends - 1)]
         self._tasks += [asyncio.create_task(self._watch_worker(w)) for w in self.workers]
+        self.notifier.status("loading the model")
+        engine, served = await self._start_engine(self.cfg)
         self._swap(engine, served, self.cfg.limits)
+        await asyncio.gather(*(w.listening for w in self.workers))  # one that ends stops us
         metrics_port = None
         if self.cfg.server.metrics_port is not None:
             metrics_port = self.metrics.serve(self.cfg.server.metrics_port)

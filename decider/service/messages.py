@@ -124,6 +124,10 @@ class Down(msgspec.Struct, tag=True):
     error: WireError  # what the requests held are refused with
 
 
+class Listening(msgspec.Struct, tag=True):  # a front-end process to the daemon
+    pass
+
+
 def _encode_logits(obj):
     if isinstance(obj, np.ndarray):
         return msgspec.msgpack.Ext(_LOGITS, obj.astype(np.float32, copy=False).tobytes())
@@ -139,3 +143,4 @@ to_engine = msgspec.msgpack.Decoder(list[Score | Cancel]).decode
 from_engine = msgspec.msgpack.Decoder(list[Answered | Refused], ext_hook=_decode_logits).decode
 control = msgspec.msgpack.Decoder(Ready | Failed | Ping | Stop).decode
 to_worker = msgspec.msgpack.Decoder(Serve | Down | Stop).decode
+from_worker = msgspec.msgpack.Decoder(Listening).decode

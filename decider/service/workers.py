@@ -4,7 +4,8 @@ TCP listeners and talk to the one engine process, each over its own ZeroMQ socke
 
 The daemon process stays the supervisor: it tells each worker, over a pipe, which engine
 process serves (Serve), that none does (Down: the requests it held are refused with its
-error), and when to drain and stop (Stop). A worker whose daemon is gone drains and exits
+error), and when to drain and stop (Stop); a worker tells it once it listens (Listening:
+the daemon is ready when every one does). A worker whose daemon is gone drains and exits
 too. Spawned, never forked.
 """
 
@@ -19,7 +20,7 @@ import structlog
 
 from ..config import Config
 from . import messages
-from .messages import Down, Serve, Stop
+from .messages import Down, Listening, Serve, Stop
 from .process_names import FRONT_END, name_this_process
 
 
@@ -56,6 +57,7 @@ async def _serve(cfg: Config, conn) -> None:
             await servers.start()  # sets servers.server before it yields
             structlog.get_logger("decider.server").info("front-end process serving",
                                                         pid=os.getpid())
+            conn.send_bytes(messages.encode(Listening()))  # the daemon's readiness waits
         await servers.set_health(servers.frontend.current is not None)
         if old is not None:  # the old engine answers what it holds, then goes
             loop.create_task(_close_when_idle(old.client))
@@ -93,7 +95,18 @@ class FrontendWorker:
         child.close()
         loop = asyncio.get_running_loop()
         self.ended = loop.create_future()  # its exit code, once it is gone
+        self.listening = loop.create_future()  # set once it takes its share of connections
         loop.add_reader(self.process.sentinel, self._on_exit)
+        loop.add_reader(self._conn.fileno(), self._on_message)
+
+    def _on_message(self) -> None:
+        try:
+            messages.from_worker(self._conn.recv_bytes())
+        except (EOFError, OSError):  # it is gone: its exit is watched apart
+            asyncio.get_running_loop().remove_reader(self._conn.fileno())
+            return
+        if not self.listening.done():
+            self.listening.set_result(None)
 
     def _on_exit(self) -> None:
         asyncio.get_running_loop().remove_reader(self.process.sentinel)
