@@ -6,15 +6,16 @@
 #   bash scripts/gpu_daemon.sh TOKENIZER.gguf LLAMA_SDIST.tgz
 #
 # TOKENIZER.gguf: the model's tokenizer fields alone (the 270M's, 6 MB); the sdist:
-# llama-cpp-python's source, built here for the CPU (its tokenizer only, ~2 min). Wheels in
-# .whl/ as for scripts/gpu_run.sh, and what the service imports that a CUDA image lacks
+# llama-cpp-python's source, built here for the CPU (its tokenizer only, ~2 min). Wheels
+# in .whl/ as for scripts/gpu_run.sh, and what the service imports that a CUDA image lacks
 # (`pip download --only-binary=:all: --python-version 3.12 -d .whl fastapi uvicorn
 # httptools backports-zstd aiohttp msgspec pyzmq prometheus-client grpcio-health-checking
-# grpcio-reflection grpcio-status jinja2 limits diskcache`). Results go to $OUT. Settings: CLIENTS, PER_CLIENT,
-# PROCS (client processes), MAX_BATCH, MAX_QUEUE, FRONTENDS (front-end processes; past 1
-# the daemon listens on loopback TCP, LISTEN, which they share), DAEMON_CPUS and LOAD_CPUS
-# (taskset lists: the daemon's processes on some cores, the load generator on others). A llama-cpp-python wheel
-# beside the sdist (built for the CPU elsewhere: it is pure ctypes) is installed instead.
+# grpcio-reflection grpcio-status jinja2 limits diskcache`). Results go to $OUT. Settings:
+# CLIENTS, PER_CLIENT, PROCS (client processes), MAX_BATCH, MAX_QUEUE, FRONTENDS
+# (front-end processes; past 1 the daemon listens on loopback TCP, LISTEN, which they
+# share), DAEMON_CPUS and LOAD_CPUS (taskset lists: the daemon's processes on some cores,
+# the load generator on others). A llama-cpp-python wheel beside the sdist (built for the
+# CPU elsewhere: it is pure ctypes) is installed instead.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$here/gpu-out}
