@@ -8,8 +8,10 @@ them into a plausible-looking answer, so each is refused here:
 - all selected logits exactly zero;
 - an answer-position row whose full-vocabulary logsumexp is, to the bit, one of the
   previous pass's for a different prompt (the label logits alone would not do: a stale
-  row read for other labels shows other values). Identical prompts legitimately give
-  identical rows, so only a different prompt makes it a tell.
+  row read for other labels shows other values), and where that logsumexp has only
+  float32's 24 bits, whose label logits are the previous row's too (_fingerprint).
+  Identical prompts legitimately give identical rows, so only a different prompt makes
+  it a tell.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from decider.engines.base import BranchResult, Engine, JobResult, ScoreJob, Stop
+from decider.engines.base import BranchResult, Engine, JobResult, NodeLogits, ScoreJob, Stop
 
 from .errors import ActivationOverflow, EngineNoLogits
 
@@ -40,9 +42,7 @@ class LogitsGuard:
                 for branch, nodes in zip(job.branches, branches, strict=True):
                     for node in nodes:
                         self._check_row(node.logits, node.logsumexp)
-                    root = nodes[0]
-                    key = (np.float64(root.logsumexp).tobytes() if root.logsumexp is not None
-                           else root.logits.tobytes())
+                    key = _fingerprint(nodes[0])
                     prompt = hash((job.prefix, branch.suffix))
                     if self._previous.get(key, prompt) != prompt:
                         raise EngineNoLogits("the row is the previous pass's, left unwritten")
@@ -59,6 +59,21 @@ class LogitsGuard:
             raise EngineNoLogits("the row holds a non-finite value")
         if not np.any(logits):
             raise EngineNoLogits("the row is all zeros across the label tokens")
+
+
+def _fingerprint(root: NodeLogits) -> bytes:
+    """What identifies an answer row from one pass to the next. A logsumexp summed in
+    float64 over the whole row (the llama engine's) is its row's alone, and tells a stale
+    row read for other labels. One computed in float32 (the Triton and reference
+    engines') has 24 bits: two prompts' collide about once in 10^6 pairs, and a call of
+    128 rows after another makes 16,384 pairs (a daemon under load restarted its engine
+    on such a match); there the label logits must match too, as a stale buffer's do."""
+    lse = root.logsumexp
+    if lse is None:
+        return root.logits.tobytes()
+    if float(np.float32(lse)) != lse:
+        return np.float64(lse).tobytes()
+    return np.float64(lse).tobytes() + root.logits.tobytes()
 
 
 def guarded_score(engine: Engine, guard: LogitsGuard, jobs: Sequence[ScoreJob],

@@ -60,13 +60,36 @@ def test_the_same_prompt_may_give_the_same_row_again(rng):
 
 def test_the_previous_pass_row_read_for_other_labels_is_stale(rng):
     """A stale buffer read for another question's labels shows other label logits; its
-    full-vocabulary logsumexp is still the previous pass's, to the bit."""
+    full-vocabulary logsumexp, summed in float64 (the llama engine's), is still the
+    previous pass's, to the bit."""
+    lse = 13.25 + 1e-9  # no float32 holds it
     guard = LogitsGuard(SENTINEL)
-    guard.check([job((2, 10, 11))], row(fresh(rng), lse=13.25))
+    guard.check([job((2, 10, 11))], row(fresh(rng), lse=lse))
     other = ScoreJob((2, 10, 11), (Branch((20, 22), ((5,), (7,), (9,))),))
-    stale = [[(NodeLogits((), (5, 7, 9), fresh(rng, 3), 13.25),)]]
+    stale = [[(NodeLogits((), (5, 7, 9), fresh(rng, 3), lse),)]]
     with pytest.raises(EngineNoLogits, match="previous pass"):
         guard.check([other], stale)
+
+
+def test_float32_logsumexps_of_two_prompts_may_meet_by_chance(rng):
+    """A float32 logsumexp (the Triton and reference engines') has 24 bits: in a daemon
+    under load, calls of 128 rows after calls of 128 met one another's by chance and the
+    engine was restarted. Two calls of 128 rows whose logsumexps come from 8 values
+    pass while their label logits differ; the same rows again, with the same logits
+    and other prompts, are stale."""
+    def call(prefix0: int, logits: list) -> tuple[list, list]:
+        jobs = [job((2, prefix0 + i)) for i in range(128)]
+        rows = [[(NodeLogits((), (5, 7), values, float(np.float32(20 + i % 8 / 1024))),)]
+                for i, values in enumerate(logits)]
+        return jobs, rows
+
+    guard = LogitsGuard(SENTINEL)
+    first = [fresh(rng) for _ in range(128)]
+    guard.check(*call(1000, first))
+    guard.check(*call(2000, [fresh(rng) for _ in range(128)]))
+    guard.check(*call(3000, first))  # the first call's rows, after another: not stale
+    with pytest.raises(EngineNoLogits, match="previous pass"):
+        guard.check(*call(4000, first))
 
 
 def test_a_job_stopped_before_its_end_has_no_rows_to_check(rng):
