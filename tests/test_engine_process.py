@@ -160,9 +160,10 @@ def test_requests_about_one_text_in_one_call_share_a_job_and_answer_as_alone(dae
 def test_a_request_waiting_past_a_full_batch_rides_on_a_taken_request_about_its_text(
         daemon):
     """The engine held, six requests queue: five texts, the first asked about twice. The
-    next call takes the first four (--max-batch 4) and the second question about the
-    first text with them, though two requests came before it: the metric counts one
-    request that shared a job (none would, taken in arrival order: [A B C D], [A' E])."""
+    next call (--max-batch 4) takes the second question about the first text in place of
+    the fourth text, which keeps its turn: [A B C A'], [D E]. The metric counts one
+    request that shared a job (none would in arrival order: [A B C D], [A' E]), and
+    every request is answered."""
     texts = [f"{TEXT} Order {n}." for n in "ABCDE"]
     order = [texts[0], *texts[1:4], texts[0], texts[4]]
 

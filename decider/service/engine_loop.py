@@ -1,19 +1,21 @@
 """The engine loop: the engine process's one thread of work.
 
 A request over the work bound is refused as it arrives. The moment the engine is free it
-takes everything waiting (up to `max_batch` requests, in arrival order, and up to as
-many later ones that share a prefix with those) into one engine call, the requests that
-share a prefix as one job (decider/prefix_groups.py). A request whose deadline passed
-while it waited, or whose front end cancelled it, never reaches the engine; one past
-`max_queue` waiting is refused at once. Between the chunks of a call (engines that have
-them) the loop reads its socket again: a job whose requests are all cancelled or past
-their deadlines by then is dropped from the rest of the call. Results go back raw but
-guarded, one message per front end per call (decider/service/messages.py).
+takes everything waiting (up to `max_batch` requests, in arrival order; later ones that
+share a prefix with those take the places of the youngest that share none) into one
+engine call, the requests that share a prefix as one job (decider/prefix_groups.py). A
+request whose deadline passed while it waited, or whose front end cancelled it, never
+reaches the engine; one past `max_queue` waiting is refused at once. Between the chunks
+of a call (engines that have them) the loop reads its socket again: a job whose requests
+are all cancelled or past their deadlines by then is dropped from the rest of the call.
+Results go back raw but guarded, one message per front end per call
+(decider/service/messages.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import structlog
@@ -130,8 +132,7 @@ class EngineLoop:
                                                  hash(op.job.prefix))
 
     def _take(self) -> list[_Waiting]:
-        """Up to max_batch requests in arrival order; then, while more wait, up to max_batch
-        more of those that share a taken request's prefix: they ride on its read."""
+        """Up to max_batch requests in arrival order (while more wait, with riders)."""
         batch, now = [], time.monotonic()
         while self._waiting and len(batch) < self.max_batch:
             w = self._waiting.pop(next(iter(self._waiting)))
@@ -140,12 +141,28 @@ class EngineLoop:
                     "the deadline passed while the request waited for the engine"))
             else:
                 batch.append(w)
-        if self._waiting:
-            taken = {w.prefix_hash: w.job.prefix for w in batch}
-            riders = [key for key, w in self._waiting.items() if now < w.deadline and
-                      taken.get(w.prefix_hash, ()) == w.job.prefix][:self.max_batch]
-            batch += [self._waiting.pop(key) for key in riders]
+        if self._waiting and batch:
+            batch = self._with_riders(batch, now)
         self.metrics.queue_depth.set(len(self._waiting))
+        return batch
+
+    def _with_riders(self, batch: list[_Waiting], now: float) -> list[_Waiting]:
+        """Later requests that share a taken request's prefix take the places of the
+        youngest taken that share theirs with none: they ride on a read the call makes
+        anyway. Those put back keep their turn at the queue's head; the oldest stays."""
+        taken = {w.prefix_hash: w.job.prefix for w in batch}
+        riders = [key for key, w in self._waiting.items() if now < w.deadline and
+                  taken.get(w.prefix_hash, ()) == w.job.prefix]
+        if not riders:
+            return batch
+        shared = Counter(w.prefix_hash for w in batch)
+        shared.update(self._waiting[key].prefix_hash for key in riders)
+        alone = [i for i in range(len(batch) - 1, 0, -1) if shared[batch[i].prefix_hash] == 1]
+        out = set(alone[:len(riders)])
+        back = {(w.sender, w.rid): w for i, w in enumerate(batch) if i in out}
+        batch = [w for i, w in enumerate(batch) if i not in out]
+        batch += [self._waiting.pop(key) for key in riders[:len(out)]]
+        self._waiting = back | self._waiting
         return batch
 
     def _call(self, batch: list[_Waiting], sock: zmq.Socket) -> bool:
