@@ -12,6 +12,7 @@ too. Spawned, never forked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -57,7 +58,8 @@ async def _serve(cfg: Config, conn) -> None:
             await servers.start()  # sets servers.server before it yields
             structlog.get_logger("decider.server").info("front-end process serving",
                                                         pid=os.getpid())
-            conn.send_bytes(messages.encode(Listening()))  # the daemon's readiness waits
+            with contextlib.suppress(OSError):  # a daemon gone: its pipe's end stops us
+                conn.send_bytes(messages.encode(Listening()))  # its readiness waits on it
         await servers.set_health(servers.frontend.current is not None)
         if old is not None:  # the old engine answers what it holds, then goes
             loop.create_task(_close_when_idle(old.client))
