@@ -4,12 +4,13 @@ labelled examples, the form chosen by cross-validated log loss.
 The forms, simplest first: none (the model's own probabilities), temperature (one
 parameter; rescales confidence, never changes the choice) and bias (the temperature and a
 bias per answer but the first: Platt scaling for yes/no, vector scaling for options;
-undoes the model's prior over the options). The bias carries a weak Gaussian prior
-(`RIDGE`), so a class absent from a fold does not drive its bias to minus infinity. The
-form with the lowest held-out log loss over `folds` folds wins (the simpler within
-`SIMPLER_WITHIN` of it: noise should not buy parameters), and is refitted on all the
-examples; its out-of-fold probabilities are returned too, for choosing an abstention
-threshold on predictions the fit never saw.
+undoes the model's prior over the options). The bias carries a Gaussian prior, so a
+class absent from a fold does not drive its bias to minus infinity; its strength is
+chosen with the form (`RIDGES`): many options and few examples each want a strong one,
+two options and hundreds a weak one. The form with the lowest held-out log loss over
+`folds` folds wins (the simpler within `SIMPLER_WITHIN` of it: noise should not buy
+parameters), and is refitted on all the examples; its out-of-fold probabilities are
+returned too, for choosing an abstention threshold on predictions the fit never saw.
 """
 
 from __future__ import annotations
@@ -24,15 +25,18 @@ from ..calibration import Adjustment
 
 FORMS = ("none", "temperature", "bias")
 SIMPLER_WITHIN = 1e-3  # nats of held-out log loss a simpler form may lose and still win
-RIDGE = 1.0  # the bias's prior: a penalty of RIDGE * sum(bias^2) / n on the mean log loss
+# the bias's prior strengths tried, strongest first: a penalty of r * sum(bias^2) / n on
+# the mean log loss, a prior sd of 1 / sqrt(2 r) nats (0.18 to 1.4)
+RIDGES = (16.0, 4.0, 1.0, 0.25)
 _TINY = 1e-300
 
 
 @dataclass(frozen=True, slots=True)
 class Fitted:
     adjustment: Adjustment
-    cv_log_loss: dict[str, float]  # held-out log loss of each form tried
+    cv_log_loss: dict[str, float]  # held-out log loss of each form tried (the bias's best)
     held_out: np.ndarray  # out-of-fold probabilities of the chosen form (n x K)
+    ridge: float | None = None  # the bias's prior strength, where the bias form won
 
 
 def log_probs(probabilities: Sequence[Sequence[float]]) -> np.ndarray:
@@ -40,30 +44,34 @@ def log_probs(probabilities: Sequence[Sequence[float]]) -> np.ndarray:
 
 
 def fit_branch(logp: np.ndarray, gold: np.ndarray, answers: Sequence[str], folds: int = 5,
-               seed: int = 0, forms: Sequence[str] = FORMS) -> Fitted:
+               seed: int = 0, forms: Sequence[str] = FORMS,
+               ridges: Sequence[float] = RIDGES) -> Fitted:
     """logp: the model's log-probabilities (n x K, answers in `answers` order); gold: the
-    right answer's index per example."""
+    right answer's index per example; ridges: the bias's prior strengths to choose from."""
     gold = np.asarray(gold)
     n = len(gold)
     folds = min(folds, n)
     fold_of = np.random.default_rng(seed).permutation(n) % folds if folds > 1 else None
+    tried = [(form, r) for form in forms for r in (ridges if form == "bias" else (0.0,))]
     losses, held = {}, {}
-    for form in forms:
-        if fold_of is None:
-            break
+    for form, ridge in tried if fold_of is not None else ():
         out = np.empty_like(logp)
         for k in range(folds):
             test = fold_of == k
-            params = _fit(form, logp[~test], gold[~test])
+            params = _fit(form, logp[~test], gold[~test], ridge)
             out[test] = _probabilities(params, logp[test])
-        held[form], losses[form] = out, _log_loss(out, gold)
+        held[form, ridge], losses[form, ridge] = out, _log_loss(out, gold)
     least = min(losses.values(), default=0.0)
-    best = next((f for f in forms if f in losses and losses[f] <= least + SIMPLER_WITHIN),
-                "none")
-    a, bias = _fit(best, logp, gold)
+    best = next((t for t in tried if t in losses and losses[t] <= least + SIMPLER_WITHIN),
+                ("none", 0.0))
+    a, bias = _fit(best[0], logp, gold, best[1])
     adjustment = Adjustment(1.0 / a, {name: float(b) for name, b in zip(answers, bias) if b},
-                            best)
-    return Fitted(adjustment, losses, held.get(best, _probabilities((a, bias), logp)))
+                            best[0])
+    by_form = {}
+    for (form, _), loss in losses.items():
+        by_form[form] = min(loss, by_form.get(form, loss))
+    return Fitted(adjustment, by_form, held.get(best, _probabilities((a, bias), logp)),
+                  best[1] if best[0] == "bias" else None)
 
 
 def contextual(probabilities: Sequence[Sequence[float]], answers: Sequence[str]) -> Adjustment:
@@ -76,14 +84,16 @@ def contextual(probabilities: Sequence[Sequence[float]], answers: Sequence[str])
                       "contextual")
 
 
-def _fit(form: str, logp: np.ndarray, gold: np.ndarray) -> tuple[float, np.ndarray]:
-    """(inverse temperature a, bias per answer) minimising the mean log loss."""
+def _fit(form: str, logp: np.ndarray, gold: np.ndarray, ridge: float
+         ) -> tuple[float, np.ndarray]:
+    """(inverse temperature a, bias per answer) minimising the mean log loss plus the
+    bias's penalty."""
     k = logp.shape[1]
     if form == "none" or len(gold) == 0:
         return 1.0, np.zeros(k)
     n_bias = k - 1 if form == "bias" else 0
     onehot = np.eye(k)[gold]
-    ridge = RIDGE / len(gold)
+    ridge = ridge / len(gold)
 
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
         a, bias = np.exp(theta[0]), np.concatenate([[0.0], theta[1:]]) if n_bias else 0.0
