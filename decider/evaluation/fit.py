@@ -26,8 +26,9 @@ from ..calibration import Adjustment
 FORMS = ("none", "temperature", "bias")
 SIMPLER_WITHIN = 1e-3  # nats of held-out log loss a simpler form may lose and still win
 # the bias's prior strengths tried, strongest first: a penalty of r * sum(bias^2) / n on
-# the mean log loss, a prior sd of 1 / sqrt(2 r) nats (0.18 to 1.4)
-RIDGES = (16.0, 4.0, 1.0, 0.25)
+# the mean log loss, a prior sd of 1 / sqrt(2 r) nats (0.18 to 5.7): a small model's own
+# prior over 77 intents needs biases of several nats (docs/experiments.md, 2026-12-07)
+RIDGES = (16.0, 4.0, 1.0, 0.25, 0.0625, 0.015625)
 _TINY = 1e-300
 
 
