@@ -8,6 +8,11 @@ copied into that graph's input buffer before the replay, and the graph's first k
 expands them into the columns the model reads (kernels/columns.py). The graphs share one
 memory pool (captured largest first), since they never run at the same time.
 
+With a prefix cache, a pass that reads it (a job's branches after its restored prefix,
+the hit path) replays a graph of its own too: one per token size up to READ_LARGEST and
+per number of cache slots read, a power of two from READ_SLOTS up to the context, the
+smallest holding the cache's filled length (kv_cache.py's `first`: the rest are masked).
+
 Each graph returns the hidden states of the pass's output rows alone, up to a fixed
 number per size (its room, which `padded_rows` fills by repeating the last row): a model
 whose later layers compute only those tokens (Gemma 4's KV-shared layers) does that
@@ -30,6 +35,7 @@ import torch
 
 from decider.kernels.columns import FIELDS, HEADER, columns
 
+from .kv_cache import CacheSlots, KVCache
 from .passes import Pass
 
 SMALLEST = 64
@@ -42,6 +48,10 @@ HEAD_VALUES = HEAD_ROWS * HEAD_LABELS + HEAD_ROWS  # logits [rows, labels], then
 # A pruning model's graph of n tokens computes n / ROW_SHARE rows in its pruned layers
 # (at least HEAD_ROWS); a pass with more rows takes a larger graph or runs eagerly
 ROW_SHARE = 8
+# the read graphs: a hit's pass holds its questions' branches, tens of tokens; the slots
+# read are a power of two past the prefix, at most twice its attention's work
+READ_LARGEST = 256
+READ_SLOTS = 1024
 
 
 class _Captured:
@@ -50,7 +60,7 @@ class _Captured:
     copied from a pinned host buffer into one device buffer."""
 
     def __init__(self, model: torch.nn.Module, n: int, room: int, values: torch.Tensor,
-                 pool) -> None:
+                 pool, cache: CacheSlots | None = None) -> None:
         self.room, device = room, values.device
         # int32: the rows, the head's label rows, then the pass packed (at most a chain a
         # token)
@@ -63,17 +73,28 @@ class _Captured:
         side = torch.cuda.Stream(device)  # warm-up (Triton compiles) off the capture
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
-            _head(model, model(columns(packed, n, window), rows=rows), labels, values)
+            _head(model, model(columns(packed, n, window), cache, rows=rows), labels, values)
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph, self.head = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool):
-            self.out = model(columns(packed, n, window), rows=rows)
+            self.out = model(columns(packed, n, window), cache, rows=rows)
         with torch.cuda.graph(self.head, pool=self.graph.pool()):
             _head(model, self.out, labels, values)
 
 
+    def replay(self, packed: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The forward on a pass packed and its rows, both on the device."""
+        self.inputs[:len(rows)].copy_(rows)
+        at = self.room + HEAD_LABELS
+        self.inputs[at:at + len(packed)].copy_(packed)
+        self.graph.replay()
+        return self.out
+
+
 class GraphRunner:
-    def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device) -> None:
+    def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device,
+                 cache: KVCache | None = None) -> None:
+        """cache: the engine's KV cache, when a prefix cache reads it (the read graphs)."""
         top = min(max_tokens, LARGEST)
         self.sizes = [SMALLEST << i for i in range(max(top // SMALLEST, 1).bit_length())]
         self._room = {n: max(HEAD_ROWS, n // ROW_SHARE) if model.prunes_rows else n
@@ -91,13 +112,22 @@ class GraphRunner:
             pool = wide.graph.pool()
             self._with_head[n] = wide if not model.prunes_rows or wide.room == HEAD_ROWS \
                 else _Captured(model, n, HEAD_ROWS, self.values, pool)
+        self._read: dict[tuple[int, int], _Captured] = {}
+        self.read_slots = [] if cache is None else _powers_to(cache.n_ctx)
+        for slots in reversed(self.read_slots):
+            for n in reversed([n for n in self.sizes if n <= READ_LARGEST]):
+                self._read[n, slots] = _Captured(model, n, self._room[n], self.values, pool,
+                                                 cache.first(slots))
         torch.cuda.synchronize(device)
         self.nbytes = max(free_before - torch.cuda.mem_get_info(device)[0], 0)
 
     def bucket(self, p: Pass) -> int | None:
-        """The smallest captured size holding p's tokens and rows, or None past them all."""
-        return next((n for n in self.sizes if n >= p.tokens and self._room[n] >= len(p.rows)),
-                    None)
+        """The smallest captured size holding p's tokens and rows, or None past them all
+        (for a pass that reads the cache: of the read graphs)."""
+        largest = READ_LARGEST if p.cache == "read" and self.read_slots else \
+            0 if p.cache else self.sizes[-1]
+        return next((n for n in self.sizes if p.tokens <= n <= largest
+                     and self._room[n] >= len(p.rows)), None)
 
     def padded_rows(self, p: Pass, n: int) -> np.ndarray:
         """int32 [the room of size n]: p's rows, then its last repeated (computing a token
@@ -108,12 +138,13 @@ class GraphRunner:
         """A pass packed (passes.py) and its `padded_rows`, on the device, padded to n, a
         captured size -> the hidden states [room, hidden] at those rows (the graph's own
         output buffer: read it before the next run)."""
-        g = self._graphs[n]
-        g.inputs[:len(rows)].copy_(rows)
-        at = g.room + HEAD_LABELS
-        g.inputs[at:at + len(packed)].copy_(packed)
-        g.graph.replay()
-        return g.out
+        return self._graphs[n].replay(packed, rows)
+
+    def run_read(self, packed: torch.Tensor, rows: torch.Tensor, n: int, filled: int
+                 ) -> torch.Tensor:
+        """As `run`, for a pass that reads the cache's first `filled` positions."""
+        return self._read[n, next(s for s in self.read_slots if s >= filled)].replay(packed,
+                                                                                      rows)
 
     def run_with_head(self, p: Pass, labels: list[int]) -> None:
         """One pass and its head into `values`: at the pass's rows (at most HEAD_ROWS),
@@ -128,6 +159,12 @@ class GraphRunner:
         g.inputs[:used].copy_(g.host[:used], non_blocking=True)
         g.graph.replay()
         g.head.replay()
+
+
+def _powers_to(n_ctx: int) -> list[int]:
+    """READ_SLOTS and its doubles below n_ctx, then n_ctx: every filled length has one."""
+    return [READ_SLOTS << i for i in range(n_ctx.bit_length()) if READ_SLOTS << i < n_ctx] \
+        + [n_ctx]
 
 
 def _padded(p: Pass, room: int) -> np.ndarray:

@@ -25,6 +25,7 @@ class Snapshot:
 class KVCache:
     def __init__(self, layout: Layout, n_ctx: int, window: int, dtype: torch.dtype,
                  device: torch.device | str) -> None:
+        self.n_ctx = n_ctx
         self.slots = [0 if spec is None else min(window, n_ctx) if spec[0] else n_ctx
                       for spec in layout]
         self.ring = [spec is not None and spec[0] for spec in layout]
@@ -51,6 +52,12 @@ class KVCache:
             raise ValueError(f"layer {layer} has no cache of its own")
         n = min(self.length, self.slots[layer])
         return self.k[layer][:n], self.v[layer][:n], self.pos[layer][:n]
+
+    def first(self, n: int) -> CacheSlots:
+        """The first n slots of every layer (a ring's all), filled or not: what a CUDA graph
+        reads, whose shapes cannot follow self.length. Empty slots hold position -1, which
+        attention masks, so any n from self.length on reads the same prefix."""
+        return CacheSlots(self, n)
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the next len(k) positions (from self.length on); a ring keeps the last."""
@@ -84,3 +91,17 @@ class KVCache:
     def advance(self, t: int) -> None:
         """After every layer wrote the same t tokens."""
         self.length += t
+
+
+class CacheSlots:
+    """KVCache.first(n): the read side of a cache at a fixed number of slots."""
+
+    def __init__(self, cache: KVCache, n: int) -> None:
+        self.cache, self.n = cache, n
+
+    def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        c = self.cache
+        if c.k[layer] is None:
+            raise ValueError(f"layer {layer} has no cache of its own")
+        n = min(self.n, c.slots[layer])
+        return c.k[layer][:n], c.v[layer][:n], c.pos[layer][:n]

@@ -100,7 +100,8 @@ class TritonEngine:
             self._graphs = None
             if self.device.type == "cuda" and cuda_graphs:
                 with torch.inference_mode():
-                    self._graphs = GraphRunner(self.model, self._n_batch, self.device)
+                    self._graphs = GraphRunner(self.model, self._n_batch, self.device,
+                                               self.cache if prefix_cache_bytes != 0 else None)
             # jobs share passes of the largest graph, unless the model prunes rows (a
             # graph's fixed room of rows costs more then: docs/design.md)
             self._pack = self._graphs.sizes[-1] if self._graphs and \
@@ -235,8 +236,7 @@ class TritonEngine:
         `saves`."""
         graphs = self._graphs
         # the captured size each pass replays, or None: it runs eagerly at its own size
-        buckets = [graphs.bucket(p) if graphs is not None and not p.cache else None
-                   for p in layout.passes]
+        buckets = [graphs.bucket(p) if graphs is not None else None for p in layout.passes]
         rows = [graphs.padded_rows(p, n) if n else np.asarray(p.rows, np.int32)
                 for p, n in zip(layout.passes, buckets, strict=True)]
         outs = layout.outputs
@@ -254,7 +254,9 @@ class TritonEngine:
                 self.cache.restore(p.restore)
             elif p.cache == "write" and p.starts_sequence:
                 self.cache.clear()
-            if p.cache:
+            if p.cache and n:  # a read graph (cuda_graphs.py)
+                h = graphs.run_read(packed, picked, n, self.cache.length)
+            elif p.cache:
                 h = self.model(columns(packed, p.tokens, p.window), self.cache,
                                write=p.cache == "write", rows=picked)
                 if p.cache == "write":
