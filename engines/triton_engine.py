@@ -53,9 +53,10 @@ from .vocab import Vocab
 # (each weight dequantized once); several jobs share passes of the largest captured graph
 N_BATCH = {"cuda": 32768, "cpu": 512}
 # the prefix cache: the shortest prefix kept and the chunks it is read in, and the share
-# of the device's free memory it may hold by default. On CUDA a read from the cache (its
-# eager passes: ~10 ms on gemma-3-270m, ~27 ms on Gemma 4 E2B) beats a fresh read in
-# CUDA graphs only past ~8k tokens (docs/benchmarks.md, "The prefix cache")
+# of the device's free memory it may hold by default. On CUDA a hit (~2 ms on
+# gemma-3-270m) beats a fresh read past ~1,500 tokens, but a save runs eager chunks
+# (~120 ms at 2,000 tokens): 8192 until those are measured (docs/benchmarks.md, "The
+# prefix cache")
 PREFIX_STRIDE = {"cuda": 8192, "cpu": 512}
 DEVICE_SHARE = 4
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
