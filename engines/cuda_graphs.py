@@ -12,6 +12,7 @@ With a prefix cache, a pass that reads it (a job's branches after its restored p
 the hit path) replays a graph of its own too: one per token size up to READ_LARGEST and
 per number of cache slots read, a power of two from READ_SLOTS up to the context, the
 smallest holding the cache's filled length (kv_cache.py's `first`: the rest are masked).
+Counts below the shortest prefix the cache keeps are never read, so never captured.
 
 Each graph returns the hidden states of the pass's output rows alone, up to a fixed
 number per size (its room, which `padded_rows` fills by repeating the last row): a model
@@ -93,8 +94,9 @@ class _Captured:
 
 class GraphRunner:
     def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device,
-                 cache: KVCache | None = None) -> None:
-        """cache: the engine's KV cache, when a prefix cache reads it (the read graphs)."""
+                 cache: KVCache | None = None, shortest: int = 1) -> None:
+        """cache: the engine's KV cache, when a prefix cache reads it (the read graphs);
+        shortest: the shortest prefix that cache keeps."""
         top = min(max_tokens, LARGEST)
         self.sizes = [SMALLEST << i for i in range(max(top // SMALLEST, 1).bit_length())]
         self._room = {n: max(HEAD_ROWS, n // ROW_SHARE) if model.prunes_rows else n
@@ -113,7 +115,7 @@ class GraphRunner:
             self._with_head[n] = wide if not model.prunes_rows or wide.room == HEAD_ROWS \
                 else _Captured(model, n, HEAD_ROWS, self.values, pool)
         self._read: dict[tuple[int, int], _Captured] = {}
-        self.read_slots = [] if cache is None else _powers_to(cache.n_ctx)
+        self.read_slots = [] if cache is None else _slot_counts(shortest, cache.n_ctx)
         for slots in reversed(self.read_slots):
             for n in reversed([n for n in self.sizes if n <= READ_LARGEST]):
                 self._read[n, slots] = _Captured(model, n, self._room[n], self.values, pool,
@@ -143,8 +145,8 @@ class GraphRunner:
     def run_read(self, packed: torch.Tensor, rows: torch.Tensor, n: int, filled: int
                  ) -> torch.Tensor:
         """As `run`, for a pass that reads the cache's first `filled` positions."""
-        return self._read[n, next(s for s in self.read_slots if s >= filled)].replay(packed,
-                                                                                      rows)
+        slots = next(s for s in self.read_slots if s >= filled)
+        return self._read[n, slots].replay(packed, rows)
 
     def run_with_head(self, p: Pass, labels: list[int]) -> None:
         """One pass and its head into `values`: at the pass's rows (at most HEAD_ROWS),
@@ -161,10 +163,12 @@ class GraphRunner:
         g.head.replay()
 
 
-def _powers_to(n_ctx: int) -> list[int]:
-    """READ_SLOTS and its doubles below n_ctx, then n_ctx: every filled length has one."""
-    return [READ_SLOTS << i for i in range(n_ctx.bit_length()) if READ_SLOTS << i < n_ctx] \
-        + [n_ctx]
+def _slot_counts(shortest: int, n_ctx: int) -> list[int]:
+    """READ_SLOTS and its doubles below n_ctx, then n_ctx, from the one holding `shortest`
+    on: every filled length from `shortest` to n_ctx has one."""
+    counts = [READ_SLOTS << i for i in range(n_ctx.bit_length()) if READ_SLOTS << i < n_ctx]
+    counts.append(n_ctx)
+    return counts[next(i for i, c in enumerate(counts) if c >= shortest):]
 
 
 def _padded(p: Pass, room: int) -> np.ndarray:

@@ -46,11 +46,13 @@ class KVCache:
                 p.fill_(-1)
         self.length = 0
 
-    def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """K, V [n, Hkv, D] and positions [n] of the filled slots."""
+    def read(self, layer: int, slots: int | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """K, V [n, Hkv, D] and positions [n] of the filled slots (of the first `slots`,
+        filled or not, where given)."""
         if self.k[layer] is None:
             raise ValueError(f"layer {layer} has no cache of its own")
-        n = min(self.length, self.slots[layer])
+        n = min(self.length if slots is None else slots, self.slots[layer])
         return self.k[layer][:n], self.v[layer][:n], self.pos[layer][:n]
 
     def first(self, n: int) -> CacheSlots:
@@ -100,8 +102,4 @@ class CacheSlots:
         self.cache, self.n = cache, n
 
     def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        c = self.cache
-        if c.k[layer] is None:
-            raise ValueError(f"layer {layer} has no cache of its own")
-        n = min(self.n, c.slots[layer])
-        return c.k[layer][:n], c.v[layer][:n], c.pos[layer][:n]
+        return self.cache.read(layer, self.n)

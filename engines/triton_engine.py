@@ -89,6 +89,10 @@ class TritonEngine:
         self._n_batch = n_batch or N_BATCH.get(self.device.type, N_BATCH["cpu"])
         if self._n_batch < 1:
             raise ConfigError(f"n_batch must be positive, got {self._n_batch}")
+        # the shortest prefix the prefix cache keeps (None: no cache)
+        stride = None if prefix_cache_bytes == 0 else min(
+            prefix_stride or PREFIX_STRIDE.get(self.device.type, PREFIX_STRIDE["cpu"]),
+            self._n_batch)
         self._lock = threading.Lock()
         self._vocab = Vocab(path, has_tokenizer(gg))  # the llama engine's ids
         try:
@@ -102,7 +106,7 @@ class TritonEngine:
             if self.device.type == "cuda" and cuda_graphs:
                 with torch.inference_mode():
                     self._graphs = GraphRunner(self.model, self._n_batch, self.device,
-                                               self.cache if prefix_cache_bytes != 0 else None)
+                                               self.cache if stride else None, stride or 1)
             # jobs share passes of the largest graph, unless the model prunes rows (a
             # graph's fixed room of rows costs more then: docs/design.md)
             self._pack = self._graphs.sizes[-1] if self._graphs and \
@@ -111,10 +115,9 @@ class TritonEngine:
             raise EngineOutOfMemory(f"the Triton engine ran out of memory loading {path}: {e}") \
                 from e
         self.prefix_cache, self._router = None, None
-        if prefix_cache_bytes != 0:
+        if stride:
             self.prefix_cache = PrefixCache(prefix_cache_bytes or self._free_share())
-            stride = prefix_stride or PREFIX_STRIDE.get(self.device.type, PREFIX_STRIDE["cpu"])
-            self._router = PrefixRouter(self.prefix_cache, min(stride, self._n_batch))
+            self._router = PrefixRouter(self.prefix_cache, stride)
         memory = {"weights": self.model.weight_bytes(), "kv": self.cache.nbytes()}
         if self._graphs is not None:
             memory["graphs"] = self._graphs.nbytes
