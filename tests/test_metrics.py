@@ -204,9 +204,21 @@ def test_tfidf_baseline():
 def test_the_ece_floor_is_what_sampling_alone_gives_and_shrinks_with_the_test_set(rng):
     p1 = rng.uniform(0.5, 0.95, 2000)
     p = np.stack([p1, 1 - p1], axis=1)
-    floors = [metrics.ece_floor(p[:n]) for n in (100, 500, 2000)]
+    floors = [np.median(metrics.ece_by_chance(p[:n], draws=200)) for n in (100, 500, 2000)]
     assert floors[0] > floors[1] > floors[2] > 0
     # a perfectly calibrated predictor's measured ECE scatters around its floor
     measured = [metrics.ece(p[:500], (rng.random(500) > p1[:500]).astype(int))
                 for _ in range(50)]
     assert np.median(measured) == pytest.approx(floors[1], rel=0.25)
+
+
+def test_the_ece_p_value_tells_sampling_noise_from_a_real_miscalibration(rng):
+    p1 = rng.uniform(0.5, 0.95, 1000)
+    p = np.stack([p1, 1 - p1], axis=1)
+    calibrated = [metrics.summary(p, (rng.random(1000) > p1).astype(int))["ece_p"]
+                  for _ in range(20)]
+    # answers drawn from p: the p-value is uniform (4 of 20 under 0.01 one run in 25,000)
+    assert sum(v < 0.01 for v in calibrated) <= 3 and 0.1 < np.median(calibrated) < 0.9
+    # the truth 0.1 less sure than p says: beyond what 1,000 items can hide
+    overconfident = metrics.summary(p, (rng.random(1000) > p1 - 0.1).astype(int))
+    assert overconfident["ece_p"] < 0.01 and overconfident["ece"] > overconfident["ece_floor"]

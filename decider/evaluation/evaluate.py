@@ -89,18 +89,21 @@ def table(reports: Sequence[dict]) -> str:
         if "tfidf_baseline" in r:
             rows.append(("tf-idf + logistic", r["tfidf_baseline"]))
         lines.append(f"  {'':24} {'acc':>6} {'logloss':>8} {'brier':>7} {'ece':>6} "
-                     f"{'floor':>6}  decided alone at 1% / 5% / 10% error (threshold)")
+                     f"{'floor':>6} {'p':>5}  decided alone at 1% / 5% / 10% error (threshold)")
         for label, s in rows:
             covered = " / ".join(
                 f"{c['coverage']:.2f}" + (f" ({c['threshold']:.3f})" if c["threshold"] is not
                                           None else "") for c in s["coverage"])
             lines.append(f"  {label:24} {s['accuracy']:6.3f} {s['log_loss']:8.4f} "
-                         f"{s['brier']:7.4f} {s['ece']:6.3f} {s['ece_floor']:6.3f}  {covered}")
+                         f"{s['brier']:7.4f} {s['ece']:6.3f} {s['ece_floor']:6.3f} "
+                         f"{s['ece_p']:5.3f}  {covered}")
         if "majority" in r["raw"]:
             m = r["raw"]["majority"]
             lines.append(f"  {'majority class':24} {m['accuracy']:6.3f}")
-        lines.append(f"  ECE over {r['raw']['ece_bins']} equal-mass bins; floor: the ECE of "
-                     "answers drawn from the probabilities themselves, on this many items")
+        lines.append(f"  ECE over {r['raw']['ece_bins']} equal-mass bins; floor: the median ECE "
+                     "of answers drawn from the probabilities themselves, on this many items; "
+                     "p: the share of those draws at or above the ECE (under 0.05: "
+                     "miscalibrated beyond chance)")
     return "\n".join(lines)
 
 

@@ -13,8 +13,10 @@ Definitions, as `summary` reports them:
   sum_k (p_ik - [y_i = k])^2, in [0, 2].
 - ECE: expected calibration error over equal-mass bins of the confidence (the items
   sorted by confidence and cut into bins of equal count, so every bin holds evidence):
-  sum_b (n_b / n) |accuracy_b - mean confidence_b|. Its floor: the ECE that sampling
-  alone gives on this many items (ece_floor).
+  sum_b (n_b / n) |accuracy_b - mean confidence_b|. Sampling alone gives a perfectly
+  calibrated model a positive ECE on a finite test set (ece_by_chance): the floor is its
+  median, and the ECE's p-value the share of such draws at least as large as the one
+  measured (under 0.05: miscalibrated beyond what this many items can hide).
 - coverage at an error budget: the items sorted by confidence, highest first; the
   largest share that, decided alone, has an error rate within the budget, and the
   confidence threshold that picks exactly those items (confidence >= threshold). A cut
@@ -92,16 +94,14 @@ def ece_of(table: list[dict]) -> float:
                      for row in table))
 
 
-def ece_floor(p, bins: int = 15, draws: int = 200, seed: int = 0) -> float:
-    """The ECE that sampling alone gives these probabilities on this many items: the
-    median ECE of gold answers drawn from p itself (p perfectly calibrated). A measured ECE
-    near it cannot be told from perfect calibration on a test set of this size."""
+def ece_by_chance(p, bins: int = 15, draws: int = 1000, seed: int = 0) -> np.ndarray:
+    """The ECEs of `draws` gold answers drawn from p itself (p perfectly calibrated), on
+    as many items as p has: what sampling alone gives a measured ECE."""
     p = np.asarray(p, dtype=np.float64)
     rng = np.random.default_rng(seed)
     cumulative = p.cumsum(axis=1)
-    drawn = [(cumulative < rng.random((len(p), 1))).sum(axis=1).clip(0, p.shape[1] - 1)
-             for _ in range(draws)]
-    return float(np.median([ece(p, y, bins) for y in drawn]))
+    return np.array([ece(p, (cumulative < rng.random((len(p), 1))).sum(axis=1)
+                         .clip(0, p.shape[1] - 1), bins) for _ in range(draws)])
 
 
 def risk_coverage(p, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,6 +154,7 @@ def summary(p, y, bins: int = 15, train_y=None) -> dict:
     training split) also the majority-class baseline."""
     p, y = checked(p, y)
     table = reliability(p, y, bins)
+    chance = ece_by_chance(p, bins)
     out = {
         "n": len(y),
         "classes": p.shape[1],
@@ -164,7 +165,8 @@ def summary(p, y, bins: int = 15, train_y=None) -> dict:
         "brier_form": "binary" if p.shape[1] == 2 else "multiclass sum",
         "ece": ece_of(table),
         "ece_bins": len(table),
-        "ece_floor": ece_floor(p, bins),
+        "ece_floor": float(np.median(chance)),
+        "ece_p": float(np.mean(chance >= ece_of(table))),
         "reliability": table,
         "coverage": coverage_at(p, y),
     }
