@@ -3,6 +3,12 @@ the standard health Check, and a bare uvicorn server answering every POST with a
 JSON body, each in a process of its own, so that its CPU per call can be read from /proc
 beside the daemon's per request in the same run on the same host.
 
+With `hop=True` each call first crosses to another process and back, as a daemon's
+request crosses to its engine process: the least such a hop costs (a few bytes over one
+ZeroMQ DEALER socket read from the event loop's reader, the calls of one loop turn in
+one message, an echo process on the other side). That server is the floor of a front
+end in front of an engine process; the bare one, of a server that does no work.
+
     with bare_grpc() as (pid, address):
         ...  # load the address with health Checks; processes.cpu_seconds([pid])
 """
@@ -11,22 +17,80 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import multiprocessing
 import socket
 import tempfile
 from collections.abc import Iterator
 
+import zmq
+
 # what http_load reads from an answer: the engine's time, none here
 ANSWER = b'{"x_decider": {"compute_ms": 0.0}}'
 
 
-async def _serve_grpc(ready) -> None:
+def _echo_main(address: str) -> None:
+    """The other process of a hop: every message straight back to its sender."""
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock.bind(address)
+    while True:
+        sock.send_multipart(sock.recv_multipart())
+
+
+class _Hop:
+    """A call's round trip to the echo process: 8 bytes of id out, the same back."""
+
+    def __init__(self, address: str) -> None:
+        self._sock = zmq.Context.instance().socket(zmq.DEALER)
+        self._sock.connect(address)
+        self._pending: dict[bytes, asyncio.Future] = {}
+        self._outbox: list[bytes] = []
+        self._ids = itertools.count()
+        asyncio.get_running_loop().add_reader(self._sock.FD, self._receive)
+
+    async def __call__(self) -> None:
+        rid = next(self._ids).to_bytes(8, "little")
+        future = self._pending[rid] = asyncio.get_running_loop().create_future()
+        self._outbox.append(rid)
+        if len(self._outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        await future
+
+    def _flush(self) -> None:
+        ids, self._outbox = b"".join(self._outbox), []
+        self._sock.send(ids, zmq.NOBLOCK)
+        self._receive()
+
+    def _receive(self) -> None:
+        while self._sock.get(zmq.EVENTS) & zmq.POLLIN:
+            ids = self._sock.recv(zmq.NOBLOCK)
+            for k in range(0, len(ids), 8):
+                self._pending.pop(ids[k:k + 8]).set_result(None)
+
+
+async def _no_hop() -> None:
+    pass
+
+
+def _hop_to(address: str | None):
+    return _Hop(address) if address else _no_hop
+
+
+async def _serve_grpc(ready, hop_address: str | None) -> None:
     import grpc
     from grpc_health.v1 import health_pb2_grpc
     from grpc_health.v1.health import aio
 
+    hop = _hop_to(hop_address)
+
+    class Health(aio.HealthServicer):
+        async def Check(self, request, context):
+            await hop()
+            return await super().Check(request, context)
+
     server = grpc.aio.server()
-    health_pb2_grpc.add_HealthServicer_to_server(aio.HealthServicer(), server)
+    health_pb2_grpc.add_HealthServicer_to_server(Health(), server)
     address = f"unix://{tempfile.mkdtemp(prefix='bare-')}/bare.sock"
     server.add_insecure_port(address)
     await server.start()
@@ -34,24 +98,25 @@ async def _serve_grpc(ready) -> None:
     await server.wait_for_termination()
 
 
-def _grpc_main(ready) -> None:
-    asyncio.run(_serve_grpc(ready))
+def _grpc_main(ready, hop_address: str | None) -> None:
+    asyncio.run(_serve_grpc(ready, hop_address))
 
 
-async def _answer(scope, receive, send) -> None:
+async def _answer(scope, receive, send, hop=_no_hop) -> None:
     """The least an ASGI app can do: read the request's body, send a fixed JSON one."""
     if scope["type"] != "http":
         return
     more = True
     while more:
         more = (await receive()).get("more_body", False)
+    await hop()
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(ANSWER)).encode())]})
     await send({"type": "http.response.body", "body": ANSWER})
 
 
-async def _serve_http(ready) -> None:
+async def _serve_http(ready, hop_address: str | None) -> None:
     import uvicorn
 
     # the daemon's own settings where they cost per request: a TCP socket asyncio sets
@@ -59,8 +124,8 @@ async def _serve_http(ready) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(
-        _answer, http="httptools", lifespan="off", log_config=None, access_log=False,
-        server_header=False))
+        functools.partial(_answer, hop=_hop_to(hop_address)), interface="asgi3",
+        http="httptools", lifespan="off", log_config=None, access_log=False, server_header=False))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
         await asyncio.sleep(0.005)
@@ -68,32 +133,40 @@ async def _serve_http(ready) -> None:
     await serving
 
 
-def _http_main(ready) -> None:
-    asyncio.run(_serve_http(ready))
+def _http_main(ready, hop_address: str | None) -> None:
+    asyncio.run(_serve_http(ready, hop_address))
 
 
 @contextlib.contextmanager
-def _spawned(target) -> Iterator[tuple[int, str]]:
+def _spawned(target, hop: bool) -> Iterator[tuple[int, str]]:
     ctx = multiprocessing.get_context("spawn")
+    hop_address = f"ipc://{tempfile.mkdtemp(prefix='bare-')}/hop" if hop else None
+    echo = ctx.Process(target=_echo_main, args=(hop_address,), daemon=True) if hop else None
     ready, sent = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=target, args=(sent,), daemon=True)
-    process.start()
+    process = ctx.Process(target=target, args=(sent, hop_address), daemon=True)
     try:
+        for p in (echo, process):
+            if p is not None:
+                p.start()
         while not ready.poll(0.1) and process.is_alive():
             pass
         if not ready.poll():
             raise RuntimeError(f"the bare server ({target.__name__}) did not start")
         yield process.pid, ready.recv()
     finally:
-        process.kill()
-        process.join()
+        for p in (process, echo):
+            if p is not None and p.pid is not None:
+                p.kill()
+                p.join()
 
 
-def bare_grpc() -> contextlib.AbstractContextManager[tuple[int, str]]:
-    """A bare grpc.aio health server on a unix socket; yields its pid and address."""
-    return _spawned(_grpc_main)
+def bare_grpc(hop: bool = False) -> contextlib.AbstractContextManager[tuple[int, str]]:
+    """A bare grpc.aio health server on a unix socket (each Check after a hop to another
+    process, with `hop`); yields its pid and address."""
+    return _spawned(_grpc_main, hop)
 
 
-def bare_http() -> contextlib.AbstractContextManager[tuple[int, str]]:
-    """A bare uvicorn server on a free loopback port; yields its pid and address."""
-    return _spawned(_http_main)
+def bare_http(hop: bool = False) -> contextlib.AbstractContextManager[tuple[int, str]]:
+    """A bare uvicorn server on a free loopback port (each answer after a hop to another
+    process, with `hop`); yields its pid and address."""
+    return _spawned(_http_main, hop)

@@ -183,14 +183,20 @@ def _levels(address: str, clients: Sequence[int], per_client: int, tokens: int,
                                               per_client=per_client))[0] for n in clients]
 
 
-def _bare_rows(address: str, clients, per_client, tokens, client_processes) -> list[dict]:
-    """The same load on a bare server of the same protocol, in the same run."""
+def _bare_rows(address: str, clients, per_client, tokens, client_processes,
+               hop: bool = False) -> list[dict]:
+    """The same load on a bare server of the same protocol, in the same run; with `hop`,
+    one whose every call crosses to another process and back first."""
     from .bare import bare_grpc, bare_http
 
     http = address.startswith(("http://", "https://"))
-    with (bare_http() if http else bare_grpc()) as (pid, bare):
+    with (bare_http if http else bare_grpc)(hop) as (pid, bare):
         return [_costed(m, lambda: {"server": [pid]})
                 for m in _levels(bare, clients, per_client, tokens, client_processes, bare=True)]
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
 
 
 def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 1024),
@@ -199,11 +205,14 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
                       **options) -> list[dict]:
     """The daemon at `address` under load, level by level; with its pid (found for a unix
     socket) each level's CPU per request in its front ends and its engine process, beside
-    a bare server's per call under the same load."""
+    a bare server's per call under the same load and a bare server's whose calls each
+    cross to another process (bench/bare.py: the floor of a front end with an engine
+    process)."""
     pid = pid or daemon_pid(address)
     rows = [_costed(m, lambda: roles(pid) if pid else {})
             for m in _levels(address, clients, per_client, tokens, processes)]
     bare = _bare_rows(address, clients, per_client, tokens, processes) if pid else []
+    hop = _bare_rows(address, clients, per_client, tokens, processes, hop=True) if pid else []
     rate = engine_rate(model, tokens, max_batch, **options) if model else None
     print(f"daemon at {address}, one yes/no per request, ~{tokens} prompt tokens, "
           f"{per_client} requests per client, {processes} client processes")
@@ -221,13 +230,17 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
               f"{r.get('failures') or ''}")
     if bare:
         print(f"CPU ms per request (the daemon's processes, /proc) beside a bare server's "
-              f"per call under the same load (pids {roles(pid)}):")
-        print(f"{'clients':>7} {'front ends':>11} {'engine':>8} {'bare':>8} "
-              f"{'front/bare':>11} {'bare p50 ms':>12} {'p50 - bare':>11}")
-        for r, b in zip(rows, bare):
-            ratio = r["front ends cpu"] / b["server cpu"] if b["server cpu"] else float("nan")
-            print(f"{r['clients']:>7} {r['front ends cpu']:>11.3f} {r['engine cpu']:>8.3f} "
-                  f"{b['server cpu']:>8.3f} {ratio:>10.2f}x "
-                  f"{b['p50']:>12.2f} {r['p50'] - b['p50']:>11.2f}")
-            r["bare"] = b
+              f"per call under the same load, and a bare server's with a hop to another "
+              f"process (pids {roles(pid)}):")
+        print(f"{'clients':>7} {'front ends':>11} {'engine':>8} {'bare':>8} {'hop':>8} "
+              f"{'front/bare':>11} {'front/hop':>10} {'bare p50 ms':>12} {'hop p50 ms':>11} "
+              f"{'p50 - bare':>11}")
+        for r, b, h in zip(rows, bare, hop):
+            front = r["front ends cpu"]
+            print(f"{r['clients']:>7} {front:>11.3f} {r['engine cpu']:>8.3f} "
+                  f"{b['server cpu']:>8.3f} {h['server cpu']:>8.3f} "
+                  f"{_ratio(front, b['server cpu']):>10.2f}x "
+                  f"{_ratio(front, h['server cpu']):>9.2f}x {b['p50']:>12.2f} "
+                  f"{h['p50']:>11.2f} {r['p50'] - b['p50']:>11.2f}")
+            r["bare"], r["hop"] = b, h
     return rows
