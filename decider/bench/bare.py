@@ -7,7 +7,10 @@ With `hop=True` each call first crosses to another process and back, as a daemon
 request crosses to its engine process: the least such a hop costs (a few bytes over one
 ZeroMQ DEALER socket read from the event loop's reader, the calls of one loop turn in
 one message, an echo process on the other side). That server is the floor of a front
-end in front of an engine process; the bare one, of a server that does no work.
+end in front of an engine process; the bare one, of a server that does no work. An
+engine on the same CPUs also sweeps the caches the front end works from (llama.cpp reads
+its weights every call): `read_mb` makes the echo process read that many MB a message,
+and the floor's CPU a call rises with it (docs/experiments.md, 2026-12-07).
 
     with bare_grpc() as (pid, address):
         ...  # load the address with health Checks; processes.cpu_seconds([pid])
@@ -30,12 +33,18 @@ import zmq
 ANSWER = b'{"x_decider": {"compute_ms": 0.0}}'
 
 
-def _echo_main(address: str) -> None:
-    """The other process of a hop: every message straight back to its sender."""
+def _echo_main(address: str, read_mb: int) -> None:
+    """The other process of a hop: every message straight back to its sender, after
+    reading `read_mb` MB of its memory."""
+    import numpy as np
+
+    weights = np.ones(read_mb << 18, dtype=np.float32)
     sock = zmq.Context.instance().socket(zmq.ROUTER)
     sock.bind(address)
     while True:
-        sock.send_multipart(sock.recv_multipart())
+        message = sock.recv_multipart()
+        weights.sum()
+        sock.send_multipart(message)
 
 
 class _Hop:
@@ -138,10 +147,11 @@ def _http_main(ready, hop_address: str | None) -> None:
 
 
 @contextlib.contextmanager
-def _spawned(target, hop: bool) -> Iterator[tuple[int, str]]:
+def _spawned(target, hop: bool, read_mb: int = 0) -> Iterator[tuple[int, str]]:
     ctx = multiprocessing.get_context("spawn")
     hop_address = f"ipc://{tempfile.mkdtemp(prefix='bare-')}/hop" if hop else None
-    echo = ctx.Process(target=_echo_main, args=(hop_address,), daemon=True) if hop else None
+    echo = ctx.Process(target=_echo_main, args=(hop_address, read_mb),
+                       daemon=True) if hop else None
     ready, sent = ctx.Pipe(duplex=False)
     process = ctx.Process(target=target, args=(sent, hop_address), daemon=True)
     try:
@@ -160,13 +170,15 @@ def _spawned(target, hop: bool) -> Iterator[tuple[int, str]]:
                 p.join()
 
 
-def bare_grpc(hop: bool = False) -> contextlib.AbstractContextManager[tuple[int, str]]:
+def bare_grpc(hop: bool = False, read_mb: int = 0) -> contextlib.AbstractContextManager[
+        tuple[int, str]]:
     """A bare grpc.aio health server on a unix socket (each Check after a hop to another
     process, with `hop`); yields its pid and address."""
-    return _spawned(_grpc_main, hop)
+    return _spawned(_grpc_main, hop, read_mb)
 
 
-def bare_http(hop: bool = False) -> contextlib.AbstractContextManager[tuple[int, str]]:
+def bare_http(hop: bool = False, read_mb: int = 0) -> contextlib.AbstractContextManager[
+        tuple[int, str]]:
     """A bare uvicorn server on a free loopback port (each answer after a hop to another
     process, with `hop`); yields its pid and address."""
-    return _spawned(_http_main, hop)
+    return _spawned(_http_main, hop, read_mb)

@@ -184,13 +184,13 @@ def _levels(address: str, clients: Sequence[int], per_client: int, tokens: int,
 
 
 def _bare_rows(address: str, clients, per_client, tokens, client_processes,
-               hop: bool = False) -> list[dict]:
+               hop: bool = False, read_mb: int = 0) -> list[dict]:
     """The same load on a bare server of the same protocol, in the same run; with `hop`,
-    one whose every call crosses to another process and back first."""
+    one whose every call crosses to another process (reading `read_mb` MB) and back."""
     from .bare import bare_grpc, bare_http
 
     http = address.startswith(("http://", "https://"))
-    with (bare_http if http else bare_grpc)(hop) as (pid, bare):
+    with (bare_http if http else bare_grpc)(hop, read_mb) as (pid, bare):
         return [_costed(m, lambda: {"server": [pid]})
                 for m in _levels(bare, clients, per_client, tokens, client_processes, bare=True)]
 
@@ -202,17 +202,18 @@ def _ratio(a: float, b: float) -> float:
 def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 1024),
                       per_client: int = 8, tokens: int = 120, processes: int = 4,
                       model: str | None = None, max_batch: int = 128, pid: int | None = None,
-                      **options) -> list[dict]:
+                      floor_read_mb: int = 0, **options) -> list[dict]:
     """The daemon at `address` under load, level by level; with its pid (found for a unix
     socket) each level's CPU per request in its front ends and its engine process, beside
     a bare server's per call under the same load and a bare server's whose calls each
     cross to another process (bench/bare.py: the floor of a front end with an engine
-    process)."""
+    process; floor_read_mb: what that process reads a call, as a CPU engine's weights)."""
     pid = pid or daemon_pid(address)
     rows = [_costed(m, lambda: roles(pid) if pid else {})
             for m in _levels(address, clients, per_client, tokens, processes)]
     bare = _bare_rows(address, clients, per_client, tokens, processes) if pid else []
-    hop = _bare_rows(address, clients, per_client, tokens, processes, hop=True) if pid else []
+    hop = _bare_rows(address, clients, per_client, tokens, processes, hop=True,
+                     read_mb=floor_read_mb) if pid else []
     rate = engine_rate(model, tokens, max_batch, **options) if model else None
     print(f"daemon at {address}, one yes/no per request, ~{tokens} prompt tokens, "
           f"{per_client} requests per client, {processes} client processes")
@@ -231,7 +232,7 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
     if bare:
         print(f"CPU ms per request (the daemon's processes, /proc) beside a bare server's "
               f"per call under the same load, and a bare server's with a hop to another "
-              f"process (pids {roles(pid)}):")
+              f"process reading {floor_read_mb} MB a call (pids {roles(pid)}):")
         print(f"{'clients':>7} {'front ends':>11} {'engine':>8} {'bare':>8} {'hop':>8} "
               f"{'front/bare':>11} {'front/hop':>10} {'bare p50 ms':>12} {'hop p50 ms':>11} "
               f"{'p50 - bare':>11}")

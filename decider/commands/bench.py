@@ -27,7 +27,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run_service_bench(args.server, clients=args.clients, per_client=args.per_client,
                           tokens=args.tokens, processes=args.client_processes,
                           model=args.model, max_batch=args.max_batch, pid=args.pid,
-                          **load_options(cfg))
+                          floor_read_mb=args.floor_read_mb, **load_options(cfg))
         return EXIT_OK
     run_bench(args.model, repeat=args.repeat, tokens=args.tokens, limits=cfg.limits,
               **load_options(cfg))

@@ -134,6 +134,10 @@ def parser() -> argparse.ArgumentParser:
                        "beside a bare server's (found by itself for a unix socket)")
     bench.add_argument("--client-processes", type=_at_least(1), default=4,
                        help="with --server: processes the clients are spread over")
+    bench.add_argument("--floor-read-mb", type=_at_least(0), default=0,
+                       help="with --server and the daemon's pid: MB the floor's second "
+                            "process reads a call, as a CPU engine reads its weights (the "
+                            "model file's size for llama.cpp on the CPU)")
     bench.add_argument("--max-batch", type=_at_least(1), default=128,
                        help="with --server and MODEL: the engine rate's batch (the "
                             "daemon's --max-batch)")
