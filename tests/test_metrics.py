@@ -222,3 +222,14 @@ def test_the_ece_p_value_tells_sampling_noise_from_a_real_miscalibration(rng):
     # the truth 0.1 less sure than p says: beyond what 1,000 items can hide
     overconfident = metrics.summary(p, (rng.random(1000) > p1 - 0.1).astype(int))
     assert overconfident["ece_p"] < 0.01 and overconfident["ece"] > overconfident["ece_floor"]
+
+
+def test_a_paired_difference_counts_only_the_items_the_two_disagree_on():
+    a = np.array([1, 1, 0, 0, 1, 0, 1, 1] * 50, dtype=bool)
+    b = np.array([1, 0, 0, 1, 1, 0, 0, 1] * 50, dtype=bool)
+    out = metrics.paired_difference(a, b)
+    assert out["difference"] == pytest.approx(a.mean() - b.mean())  # 0.125
+    d = a.astype(float) - b  # 1, 0, 0, -1, 0, 0, 1, 0: sd over 400 items
+    half = 1.96 * d.std(ddof=1) / np.sqrt(400)
+    assert (out["low"], out["high"]) == pytest.approx((0.125 - half, 0.125 + half))
+    assert metrics.paired_difference(a, a) == {"difference": 0.0, "low": 0.0, "high": 0.0}

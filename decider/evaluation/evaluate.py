@@ -44,23 +44,22 @@ def evaluate(test: Sequence[Example], scores: Sequence[Sequence[Scored]],
                                     if len(branch_answers(question)) > 1 else "")
         y = np.array([answers.index(test[i].expected[j]) for i in items])
         raw = np.array([list(scores[i][j].probabilities.values()) for i in items])
-        train_y = [answers.index(e.expected[j]) for e in trained[(sig, j)]]
+        train_y = [answers.index(e.expected[j]) for e in trained[(sig, j)]] or None
         report = {"question": name, "type": question.type, "signature": sig,
-                  "answers": list(answers),
-                  "raw": summary(raw, y, bins, train_y if train_y else None)}
+                  "answers": list(answers), "raw": summary(raw, y, bins, train_y)}
         own = calibration and calibration.lookup(question)
         after = None
         if own is not None:
             after = np.array([list(own.branches[j].apply(scores[i][j]).probabilities.values())
                               for i in items])
-            report["calibrated"] = summary(after, y, bins)
+            report["calibrated"] = summary(after, y, bins, train_y)
             report["method"] = own.branches[j].method
-        if baseline and len(set(train_y)) > 1:
+        if baseline and train_y and len(set(train_y)) > 1:
             from .baseline import tfidf_probabilities
 
             p = tfidf_probabilities([e.request.text for e in trained[(sig, j)]], train_y,
                                     [test[i].request.text for i in items], len(answers))
-            report["tfidf_baseline"] = summary(p, y, bins)
+            report["tfidf_baseline"] = summary(p, y, bins, train_y)
         if plots is not None:
             plots.mkdir(parents=True, exist_ok=True)
             from .report import write_report_png
@@ -98,8 +97,11 @@ def table(reports: Sequence[dict]) -> str:
                          f"{s['brier']:7.4f} {s['ece']:6.3f} {s['ece_floor']:6.3f} "
                          f"{s['ece_p']:5.3f}  {covered}")
         if "majority" in r["raw"]:
-            m = r["raw"]["majority"]
-            lines.append(f"  {'majority class':24} {m['accuracy']:6.3f}")
+            lines.append(f"  {'majority class':24} {r['raw']['majority']['accuracy']:6.3f}"
+                         "  accuracy over it, 95% interval: " + "; ".join(
+                             f"{label.split(' (')[0]} {o['difference']:+.3f} ({o['low']:+.3f}, "
+                             f"{o['high']:+.3f})" for label, o in
+                             ((label, s["majority"]["over"]) for label, s in rows)))
         lines.append(f"  ECE over {r['raw']['ece_bins']} equal-mass bins; floor: the median ECE "
                      "of answers drawn from the probabilities themselves, on this many items; "
                      "p: the share of those draws at or above the ECE (under 0.05: "

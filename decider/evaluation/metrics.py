@@ -149,9 +149,20 @@ def majority_class(train_y, y) -> dict:
             "accuracy": float((y == top).mean()) if len(y) else None}
 
 
+def paired_difference(right, other_right) -> dict:
+    """How much more often one predictor is right than another on the same items, with
+    a 95% interval (the normal approximation to the mean of the per-item differences:
+    items both get right or both get wrong say nothing of which is better)."""
+    d = np.asarray(right, dtype=np.float64) - np.asarray(other_right, dtype=np.float64)
+    half = 1.96 * d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+    return {"difference": float(d.mean()), "low": float(d.mean() - half),
+            "high": float(d.mean() + half)}
+
+
 def summary(p, y, bins: int = 15, train_y=None) -> dict:
     """Every measure above as a JSON-ready dict; with train_y (gold indices of the
-    training split) also the majority-class baseline."""
+    training split) also the majority-class baseline and how much more accurate than it
+    these answers are on these items (paired_difference)."""
     p, y = checked(p, y)
     table = reliability(p, y, bins)
     chance = ece_by_chance(p, bins)
@@ -172,4 +183,5 @@ def summary(p, y, bins: int = 15, train_y=None) -> dict:
     }
     if train_y is not None:
         out["majority"] = majority_class(train_y, y)
+        out["majority"]["over"] = paired_difference(correct(p, y), y == out["majority"]["class"])
     return out
