@@ -130,15 +130,18 @@ def test_the_processes_say_their_role_and_the_bench_costs_each_against_bare_serv
         assert sorted(roles["front ends"]) == sorted([d.proc.pid, *worker_pids(d)])
         [engine] = roles["engine"]
         assert processes.name(engine) == "decider-engine"
-        for address in (d.address, f"http://{http}"):
-            done = run_cli("bench", "--server", address, "--pid", str(d.proc.pid),
+        for address, model in ((d.address, [str(tiny), "--max-batch", "8"]),
+                               (f"http://{http}", [])):
+            done = run_cli("bench", *model, "--server", address, "--pid", str(d.proc.pid),
                            "--clients", "4,8", "--per-client", "25", "--client-processes", "2")
             assert done.returncode == 0, done.stderr.decode()
             out = done.stdout.decode()
-            table = out[out.index("CPU ms per request"):].splitlines()[2:]
+            table = out[out.index("CPU ms per request"):].splitlines()[2:4]
             assert [row.split()[0] for row in table] == ["4", "8"], out
             for row in table:
                 front, engine_ms, bare, hop = map(float, row.split()[1:5])
                 assert min(front, engine_ms, bare, hop) > 0, out
+            # with the model, the engine's own rate: the front-end processes to keep up
+            assert ("the front ends need" in out) == bool(model), out
     finally:
         assert d.stop() == 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import multiprocessing
 import random
 import statistics
@@ -244,4 +245,11 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
                   f"{_ratio(front, h['server cpu']):>9.2f}x {b['p50']:>12.2f} "
                   f"{h['p50']:>11.2f} {r['p50'] - b['p50']:>11.2f}")
             r["bare"], r["hop"] = b, h
+        if rate:  # a front-end process is about one core: how many keep up with the engine
+            busiest = max(rows, key=lambda r: r["clients"])
+            cores = busiest["front ends cpu"] * rate / 1000
+            print(f"at the engine's rate the front ends need {cores:.1f} cores "
+                  f"({busiest['front ends cpu']:.3f} ms a request at {busiest['clients']} "
+                  f"clients): --frontends {math.ceil(cores)}, where the host has those "
+                  f"cores beside the engine process's")
     return rows
