@@ -3,10 +3,12 @@ content-free texts), tied to one model file and one prompt template, and applied
 question it knows.
 
 Every adjustment is the same map on one branch's answer probabilities p:
-softmax(log p / temperature + bias). A temperature alone rescales the model's confidence
-without changing its choice; a bias per answer undoes the model's prior over the options
-(small models carry a strong one). For yes/no the pair is Platt scaling on the log-odds;
-for choices and scales it is vector scaling with one temperature. A question is known by
+softmax(log p / temperature + weights . log p + bias). A temperature alone rescales the
+model's confidence without changing its choice; a bias per answer undoes the model's
+prior over the options (small models carry a strong one). For yes/no the pair is Platt
+scaling on the log-odds; for choices and scales it is vector scaling with one
+temperature. Weights (the matrix form) let every answer's logit read every answer's
+log-probability: beta calibration for yes/no, matrix scaling for options. A question is known by
 its signature: the hash of what it asks (type, wording, options with their descriptions);
 a question the file does not know takes its type's fallback for its option count, a
 temperature fitted on every question of that shape, if there is one.
@@ -31,17 +33,22 @@ _TINY = 1e-300  # log of a probability that underflowed to zero stays finite
 
 @dataclass(frozen=True, slots=True)
 class Adjustment:
-    """softmax(log p / temperature + bias[answer]) on one branch; an answer without a bias
-    has 0. `method` says what was fitted: temperature, bias (Platt for yes/no, vector
-    scaling for options) or contextual (the bias from content-free texts)."""
+    """softmax(log p / temperature + sum_j weights[answer][j] log p[j] + bias[answer]) on
+    one branch; a bias or weight not given is 0. `method` says what was fitted:
+    temperature, bias (Platt for yes/no, vector scaling for options), matrix (beta
+    calibration for yes/no, matrix scaling for options) or contextual (the bias from
+    content-free texts)."""
 
     temperature: float = 1.0
     bias: Mapping[str, float] = field(default_factory=dict)
     method: str = "temperature"
+    weights: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def apply(self, scored: Scored) -> Scored:
-        z = {name: math.log(max(p, _TINY)) / self.temperature + self.bias.get(name, 0.0)
-             for name, p in scored.probabilities.items()}
+        logp = {name: math.log(max(p, _TINY)) for name, p in scored.probabilities.items()}
+        z = {name: v / self.temperature + self.bias.get(name, 0.0) + math.fsum(
+                 w * logp[of] for of, w in self.weights.get(name, {}).items())
+             for name, v in logp.items()}
         top = max(z.values())
         total = math.fsum(math.exp(v - top) for v in z.values())
         return Scored({name: math.exp(v - top) / total for name, v in z.items()},

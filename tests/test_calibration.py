@@ -75,6 +75,9 @@ def test_a_bias_undoes_a_prior_a_temperature_cannot(rng):
     assert np.mean(fitted.held_out.argmax(axis=1) == gold) > raw_acc + 0.05
 
 
+BIAS_FORMS = ("none", "temperature", "bias")
+
+
 def test_the_bias_prior_chosen_by_cross_validation_beats_a_weak_one_on_fresh_rows(rng):
     """77 options and 300 examples (about 4 an option, as a user's intent set): the bias
     prior's strength chosen on held-out folds predicts fresh rows better than the weakest
@@ -86,8 +89,8 @@ def test_the_bias_prior_chosen_by_cross_validation_beats_a_weak_one_on_fresh_row
         fresh = rng.normal(0, 2, (20_000, k))
         gold, fresh_gold = _draw(rng, truth), _draw(rng, fresh)
         logp, fresh_logp = log_probs(_softmax(truth + prior)), log_probs(_softmax(fresh + prior))
-        chosen = fit_branch(logp, gold, answers)
-        weak = fit_branch(logp, gold, answers, ridges=(min(RIDGES),))
+        chosen = fit_branch(logp, gold, answers, forms=BIAS_FORMS)
+        weak = fit_branch(logp, gold, answers, forms=BIAS_FORMS, ridges=(min(RIDGES),))
         assert chosen.ridge in RIDGES or chosen.adjustment.method != "bias"
         gains.append(_fresh_log_loss(weak, fresh_logp, fresh_gold)
                      - _fresh_log_loss(chosen, fresh_logp, fresh_gold))
@@ -99,6 +102,36 @@ def _fresh_log_loss(fitted, logp: np.ndarray, gold: np.ndarray) -> float:
     bias = np.array([adjustment.bias.get(str(i), 0.0) for i in range(logp.shape[1])])
     p = _softmax(logp / adjustment.temperature + bias)
     return float(-np.mean(np.log(p[np.arange(len(gold)), gold])))
+
+
+def test_a_model_that_mixes_up_two_options_is_undone_by_the_matrix_form(rng):
+    """The model reads option 1 as mostly option 2 (its logits are the truth's mixed): no
+    temperature or bias per option can unmix them; the matrix form wins on held-out log
+    loss, is more accurate on fresh rows, and the stored adjustment applies as fitted.
+    (Seeds 1 and 2: held-out log loss 0.15 better, accuracy 0.04 higher.)"""
+    mix = np.array([[1.0, 0.0, 0.0], [0.0, 0.3, 0.7], [0.0, 0.0, 1.0]])
+    truth, fresh = rng.normal(0, 2, (6_000, 3)), rng.normal(0, 2, (20_000, 3))
+    gold, fresh_gold = _draw(rng, truth), _draw(rng, fresh)
+    logp, fresh_logp = log_probs(_softmax(truth @ mix.T)), log_probs(_softmax(fresh @ mix.T))
+    fitted = fit_branch(logp, gold, ["a", "b", "c"])
+    assert fitted.adjustment.method == "matrix"
+    assert fitted.cv_log_loss["matrix"] < fitted.cv_log_loss["bias"] - 0.05
+    bias_only = fit_branch(logp, gold, ["a", "b", "c"], forms=BIAS_FORMS)
+    matrix_p, bias_p = (_fresh_probabilities(f, fresh_logp, "abc") for f in (fitted, bias_only))
+    assert np.mean(matrix_p.argmax(axis=1) == fresh_gold) > \
+        np.mean(bias_p.argmax(axis=1) == fresh_gold) + 0.02
+    # the stored map is the fitted one: the held-out rows' map, refitted, on one row
+    row = Scored(dict(zip("abc", np.exp(fresh_logp[0]))), 1.0)
+    applied = fitted.adjustment.apply(row).probabilities
+    assert list(applied.values()) == pytest.approx(list(matrix_p[0]), abs=1e-9)
+
+
+def _fresh_probabilities(fitted, logp: np.ndarray, names) -> np.ndarray:
+    """The fitted adjustment over rows, computed here from its stored numbers."""
+    a = fitted.adjustment
+    weights = np.array([[a.weights.get(k, {}).get(j, 0.0) for j in names] for k in names])
+    bias = np.array([a.bias.get(k, 0.0) for k in names])
+    return _softmax(logp / a.temperature + logp @ weights.T + bias)
 
 
 def test_contextual_calibration_divides_out_the_content_free_answer():
