@@ -8,10 +8,10 @@ model's confidence without changing its choice; a bias per answer undoes the mod
 prior over the options (small models carry a strong one). For yes/no the pair is Platt
 scaling on the log-odds; for choices and scales it is vector scaling with one
 temperature. Weights (the matrix form) let every answer's logit read every answer's
-log-probability: beta calibration for yes/no, matrix scaling for options. A question is known by
-its signature: the hash of what it asks (type, wording, options with their descriptions);
-a question the file does not know takes its type's fallback for its option count, a
-temperature fitted on every question of that shape, if there is one.
+log-probability: beta calibration for yes/no, matrix scaling for options. A question is
+known by its signature: the hash of what it asks (type, wording, options with their
+descriptions); a question the file does not know takes its type's fallback for its
+option count, a temperature fitted on every question of that shape, if there is one.
 """
 
 from __future__ import annotations

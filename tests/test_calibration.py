@@ -98,9 +98,7 @@ def test_the_bias_prior_chosen_by_cross_validation_beats_a_weak_one_on_fresh_row
 
 
 def _fresh_log_loss(fitted, logp: np.ndarray, gold: np.ndarray) -> float:
-    adjustment = fitted.adjustment
-    bias = np.array([adjustment.bias.get(str(i), 0.0) for i in range(logp.shape[1])])
-    p = _softmax(logp / adjustment.temperature + bias)
+    p = _fresh_probabilities(fitted, logp, [str(i) for i in range(logp.shape[1])])
     return float(-np.mean(np.log(p[np.arange(len(gold)), gold])))
 
 

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 
 import zmq
 
+Serving = contextlib.AbstractContextManager[tuple[int, str]]  # the server's pid, address
 # what http_load reads from an answer: the engine's time, none here
 ANSWER = b'{"x_decider": {"compute_ms": 0.0}}'
 
@@ -170,15 +171,13 @@ def _spawned(target, hop: bool, read_mb: int = 0) -> Iterator[tuple[int, str]]:
                 p.join()
 
 
-def bare_grpc(hop: bool = False, read_mb: int = 0) -> contextlib.AbstractContextManager[
-        tuple[int, str]]:
+def bare_grpc(hop: bool = False, read_mb: int = 0) -> Serving:
     """A bare grpc.aio health server on a unix socket (each Check after a hop to another
     process, with `hop`); yields its pid and address."""
     return _spawned(_grpc_main, hop, read_mb)
 
 
-def bare_http(hop: bool = False, read_mb: int = 0) -> contextlib.AbstractContextManager[
-        tuple[int, str]]:
+def bare_http(hop: bool = False, read_mb: int = 0) -> Serving:
     """A bare uvicorn server on a free loopback port (each answer after a hop to another
     process, with `hop`); yields its pid and address."""
     return _spawned(_http_main, hop, read_mb)

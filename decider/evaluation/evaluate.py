@@ -99,14 +99,17 @@ def table(reports: Sequence[dict]) -> str:
         if "majority" in r["raw"]:
             lines.append(f"  {'majority class':24} {r['raw']['majority']['accuracy']:6.3f}"
                          "  accuracy over it, 95% interval: " + "; ".join(
-                             f"{label.split(' (')[0]} {o['difference']:+.3f} ({o['low']:+.3f}, "
-                             f"{o['high']:+.3f})" for label, o in
-                             ((label, s["majority"]["over"]) for label, s in rows)))
+                             f"{label.split(' (')[0]} {_interval(s['majority']['over'])}"
+                             for label, s in rows))
         lines.append(f"  ECE over {r['raw']['ece_bins']} equal-mass bins; floor: the median ECE "
                      "of answers drawn from the probabilities themselves, on this many items; "
                      "p: the share of those draws at or above the ECE (under 0.05: "
                      "miscalibrated beyond chance)")
     return "\n".join(lines)
+
+
+def _interval(paired: dict) -> str:
+    return f"{paired['difference']:+.3f} ({paired['low']:+.3f}, {paired['high']:+.3f})"
 
 
 def _slug(text: str) -> str:

@@ -113,8 +113,8 @@ def _fit(form: str, logp: np.ndarray, gold: np.ndarray, ridge: float) -> Params:
         return np.exp(theta[0]), bias, weights
 
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        a, bias, weights = unpack(theta)
-        logq = _log_softmax(a * logp + logp @ weights.T + bias)
+        params = unpack(theta)
+        a, logq = params[0], _log_softmax(_logits(params, logp))
         residual = (np.exp(logq) - onehot) / n  # d loss / d z
         value = -np.mean(logq[np.arange(n), gold]) + ridge * np.sum(theta[1:] ** 2)
         grad = [[a * np.sum(residual * logp)]]
@@ -133,9 +133,15 @@ def _log_softmax(z: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
-def _probabilities(params: Params, logp: np.ndarray) -> np.ndarray:
+def _logits(params: Params, logp: np.ndarray) -> np.ndarray:
     a, bias, weights = params
-    return np.exp(_log_softmax(a * logp + logp @ weights.T + bias))
+    if not weights.any():  # no n x K x K product for the forms without weights
+        return a * logp + bias
+    return a * logp + logp @ weights.T + bias
+
+
+def _probabilities(params: Params, logp: np.ndarray) -> np.ndarray:
+    return np.exp(_log_softmax(_logits(params, logp)))
 
 
 def _log_loss(probabilities: np.ndarray, gold: np.ndarray) -> float:

@@ -165,7 +165,7 @@ def summary(p, y, bins: int = 15, train_y=None) -> dict:
     these answers are on these items (paired_difference)."""
     p, y = checked(p, y)
     table = reliability(p, y, bins)
-    chance = ece_by_chance(p, bins)
+    measured, chance = ece_of(table), ece_by_chance(p, bins)
     out = {
         "n": len(y),
         "classes": p.shape[1],
@@ -174,10 +174,10 @@ def summary(p, y, bins: int = 15, train_y=None) -> dict:
         "log_loss_clip": LOG_LOSS_CLIP,
         "brier": brier(p, y),
         "brier_form": "binary" if p.shape[1] == 2 else "multiclass sum",
-        "ece": ece_of(table),
+        "ece": measured,
         "ece_bins": len(table),
         "ece_floor": float(np.median(chance)),
-        "ece_p": float(np.mean(chance >= ece_of(table))),
+        "ece_p": float(np.mean(chance >= measured)),
         "reliability": table,
         "coverage": coverage_at(p, y),
     }
