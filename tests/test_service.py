@@ -4,6 +4,7 @@ gemma-3-270m, the typed client and the standard health and reflection clients.""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import grpc
@@ -179,6 +180,36 @@ def test_an_expired_request_never_reaches_the_engine(daemon, client):
     asyncio.run(scenario())
     time.sleep(0.3)
     assert daemon.metric("decider_engine_requests_total") == before + 1
+
+
+def test_each_call_is_logged_and_counted_once_it_has_ended(daemon):
+    """The log line and metrics are written after the answer has gone out, off the
+    caller's wait: an answered call, a refused one and one its caller cancelled while the
+    engine worked each get theirs, with their outcome."""
+    before = daemon.metric("decider_requests_total")
+    daemon.fault_file.write_text("hang:1")  # the next engine call stalls 1 s
+    ids = {"ended-cancelled": "CANCELLED", "ended-ok": "OK", "ended-refused": "INVALID_REQUEST"}
+
+    async def scenario():
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            decide = pb_grpc.DeciderStub(channel).Decide
+            ask = pb.DecideRequest(text=TEXT, questions=[pb.Question(
+                question="Refund?", yes_no=pb.YesNo())])
+            call = decide(ask, metadata=(("x-request-id", "ended-cancelled"),))
+            await asyncio.sleep(0.3)  # it holds the engine now
+            call.cancel()
+            await decide(ask, metadata=(("x-request-id", "ended-ok"),))
+            with pytest.raises(grpc.aio.AioRpcError):
+                await decide(pb.DecideRequest(text=TEXT),
+                             metadata=(("x-request-id", "ended-refused"),))
+
+    asyncio.run(scenario())
+    deadline = time.monotonic() + 5
+    while not all(rid in daemon.log() for rid in ids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [json.loads(line) for line in daemon.log().splitlines() if '"ended-' in line]
+    assert {line["request_id"]: line["outcome"] for line in lines} == ids
+    assert daemon.metric("decider_requests_total") == before + 3
 
 
 def test_a_full_queue_is_resource_exhausted_and_cancelled_clients_free_their_place(daemon):
