@@ -113,7 +113,7 @@ def test_metrics_count_every_request_of_a_run_over_grpc_and_http(daemon):
         request = urllib.request.Request(daemon.http + "/v1/systemone", body.encode(),
                                          {"Content-Type": "application/json"})
         assert urllib.request.urlopen(request, timeout=60).status == 200
-    # an HTTP request is counted as its response goes out: at most a moment after
+    # a request is counted once its answer has gone out (gRPC and HTTP): a moment after
     wait_until(lambda: daemon.metric("decider_requests_total") - before == 8, 5)
     assert daemon.metric("decider_http_requests_total") >= 3
     assert daemon.metric("decider_request_seconds_count") >= 8
