@@ -43,6 +43,29 @@ def test_unwritten_rows_are_refused(values, lse, tell):
     assert "the engine returned no logits" in str(info.value)
 
 
+@pytest.mark.parametrize("values, tell", [
+    ([SENTINEL], "sentinel"), ([0.0], "all zeros"), ([np.inf], "non-finite"), ([], "all zeros")])
+def test_one_unwritten_row_among_a_calls_many_is_refused(rng, values, tell):
+    """A call's rows are checked together: rows of 1 to 5 labels for 6 jobs, one of them
+    (drawn) unwritten; every other row passes, and so does the call without it."""
+    jobs = [job((2, 30 + i)) for i in range(6)]
+    rows = [[tuple(NodeLogits((k,), (5, 7), fresh(rng, int(rng.integers(1, 6))), 12.5 + i)
+                   for k in range(3))] for i in range(6)]
+    LogitsGuard(SENTINEL).check(jobs, rows)
+    i, k = rng.integers(6), rng.integers(3)
+    node = rows[i][0][k]
+    logits = node.logits.copy()
+    logits[:len(values)] = values
+    if not values:
+        logits = logits[:0]
+    if values == [0.0]:
+        logits[:] = 0
+    rows[i][0] = (*rows[i][0][:k], NodeLogits(node.path, node.token_ids, logits, 12.5),
+                  *rows[i][0][k + 1:])
+    with pytest.raises(EngineNoLogits, match=tell):
+        LogitsGuard(SENTINEL).check(jobs, rows)
+
+
 def test_the_previous_pass_row_for_another_prompt_is_stale(rng):
     guard = LogitsGuard(SENTINEL)
     values = fresh(rng)
