@@ -141,7 +141,9 @@ def test_the_processes_say_their_role_and_the_bench_costs_each_against_bare_serv
             for row in table:
                 front, engine_ms, bare, hop = map(float, row.split()[1:5])
                 assert min(front, engine_ms, bare, hop) > 0, out
-            # with the model, the engine's own rate: the front-end processes to keep up
+            # with the model, the engine's own rate: the front-end processes to keep up,
+            # and each level against the rate of the batches it can fill (4 and 8 clients)
             assert ("the front ends need" in out) == bool(model), out
+            assert ("in batches of 4," in out) == bool(model), out
     finally:
         assert d.stop() == 0

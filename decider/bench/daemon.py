@@ -5,8 +5,9 @@ The load comes from several client processes (--client-processes), each running 
 share of the concurrent clients on a few gRPC channels, so that the load generator is not
 the limit. Each client sends one request after another: yes/no on the same ~N-token text
 family the engine rate uses. With --model (the daemon's model, loaded here in-process)
-the engine's rate on those requests is measured too, in batches of --max-batch, and the
-ratio service / engine printed beside each row. An http:// or https:// address measures
+the engine's rate on those requests is measured too, in batches of --max-batch and in
+batches of each level's client count where that is fewer (n clients never fill a call
+past n), and the ratios service / engine beside each row, to both. An http:// or https:// address measures
 the System One HTTP API instead (decider.bench.http_load, one process).
 """
 
@@ -129,23 +130,27 @@ def load(address: str, clients: int, per_client: int, tokens: int, processes: in
                          for code in {c for p in parts for c in p["failed"]}}}
 
 
-def engine_rate(model: str, tokens: int, max_batch: int, repeat: int = 15, **options
-                ) -> float:
-    """Decisions/s of the model's engine in this process: engine.score on batches of
-    max_batch of the bench's requests, planned beforehand, the engine warmed up as the
-    daemon's is: what the daemon could deliver at best."""
+def engine_rates(model: str, tokens: int, batches: Sequence[int], repeat: int = 15,
+                 **options) -> dict[int, float]:
+    """Decisions/s of the model's engine in this process, at each batch size: engine.score
+    on batches of the bench's requests, planned beforehand, the engine warmed up as the
+    daemon's is for the largest: what the daemon could deliver at best in batches of
+    that size."""
     from ..api import Decider
 
     with Decider(model, **options) as d:
-        jobs = [d.plan(r).job for r in requests(tokens, max_batch)]
-        d.engine.warm_up(max_batch)
-        d.engine.score(jobs)
-        seconds = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            d.engine.score(jobs)
-            seconds.append(time.perf_counter() - t0)
-    return max_batch / statistics.median(seconds)
+        jobs = [d.plan(r).job for r in requests(tokens, max(batches))]
+        d.engine.warm_up(max(batches))
+        rates = {}
+        for batch in sorted(set(batches)):
+            d.engine.score(jobs[:batch])
+            seconds = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                d.engine.score(jobs[:batch])
+                seconds.append(time.perf_counter() - t0)
+            rates[batch] = batch / statistics.median(seconds)
+    return rates
 
 
 def _costed(measure, processes: Callable[[], dict[str, list[int]]]) -> dict:
@@ -215,21 +220,28 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
     bare = _bare_rows(address, clients, per_client, tokens, processes) if pid else []
     hop = _bare_rows(address, clients, per_client, tokens, processes, hop=True,
                      read_mb=floor_read_mb) if pid else []
-    rate = engine_rate(model, tokens, max_batch, **options) if model else None
+    # n clients, one request each at a time, never fill a call past n: the engine's rate
+    # in batches of min(n, max_batch) is the most such a level can get
+    batch = {n: min(n, max_batch) for n in clients}
+    rates = engine_rates(model, tokens, [max_batch, *batch.values()], **options) \
+        if model else {}
+    rate = rates.get(max_batch)
     print(f"daemon at {address}, one yes/no per request, ~{tokens} prompt tokens, "
           f"{per_client} requests per client, {processes} client processes")
-    if rate:
-        print(f"engine in-process: {rate:.0f} decisions/s ({model}, batches of {max_batch})")
+    if rates:
+        print(f"engine in-process ({model}): " + ", ".join(
+            f"{rates[b]:.0f} decisions/s in batches of {b}" for b in sorted(rates)))
     print(f"{'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'queue p50':>10} "
           f"{'engine p50':>11} {'overhead p50':>13} {'refused':>8} {'failed':>7} "
-          f"{'service/engine':>15}")
+          f"{'service/engine':>15} {'its batch':>10}")
     for r in rows:
-        ratio = f"{r['rps'] / rate:.0%}" if rate else "-"
+        ratios = (f"{r['rps'] / rate:.0%}", f"{r['rps'] / rates[batch[r['clients']]]:.0%}") \
+            if rates else ("-", "-")
         print(f"{r['clients']:>7} {r['rps']:>8.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} "
               f"{r.get('queue_p50', 0):>10.2f} {r['compute_p50']:>11.2f} "
               f"{r['overhead_p50']:>13.2f} "
-              f"{r.get('refused', 0):>8} {r.get('failed', 0):>7} {ratio:>15} "
-              f"{r.get('failures') or ''}")
+              f"{r.get('refused', 0):>8} {r.get('failed', 0):>7} {ratios[0]:>15} "
+              f"{ratios[1]:>10} {r.get('failures') or ''}")
     if bare:
         print(f"CPU ms per request (the daemon's processes, /proc) beside a bare server's "
               f"per call under the same load, and a bare server's with a hop to another "
