@@ -7,8 +7,8 @@ the limit. Each client sends one request after another: yes/no on the same ~N-to
 family the engine rate uses. With --model (the daemon's model, loaded here in-process)
 the engine's rate on those requests is measured too, in batches of --max-batch and in
 batches of each level's client count where that is fewer (n clients never fill a call
-past n), and the ratios service / engine beside each row, to both. An http:// or https:// address measures
-the System One HTTP API instead (decider.bench.http_load, one process).
+past n), and the ratios service / engine beside each row, to both. An http:// or https://
+address measures the System One HTTP API instead (decider.bench.http_load, one process).
 """
 
 from __future__ import annotations
