@@ -235,8 +235,8 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
           f"{'engine p50':>11} {'overhead p50':>13} {'refused':>8} {'failed':>7} "
           f"{'service/engine':>15} {'its batch':>10}")
     for r in rows:
-        ratios = (f"{r['rps'] / rate:.0%}", f"{r['rps'] / rates[batch[r['clients']]]:.0%}") \
-            if rates else ("-", "-")
+        ratios = [f"{_ratio(r['rps'], rates[b]):.0%}" if rates else "-"
+                  for b in (max_batch, batch[r["clients"]])]
         print(f"{r['clients']:>7} {r['rps']:>8.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} "
               f"{r.get('queue_p50', 0):>10.2f} {r['compute_p50']:>11.2f} "
               f"{r['overhead_p50']:>13.2f} "
