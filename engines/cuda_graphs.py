@@ -12,7 +12,10 @@ With a prefix cache, a pass that reads it (a job's branches after its restored p
 the hit path) replays a graph of its own too: one per token size up to READ_LARGEST and
 per number of cache slots read, a power of two from READ_SLOTS up to the context, the
 smallest holding the cache's filled length (kv_cache.py's `first`: the rest are masked).
-Counts below the shortest prefix the cache keeps are never read, so never captured.
+Counts below the shortest prefix the cache keeps are never read, so never captured. So
+does a pass that writes it (a chunk of a prefix the cache saves or extends, the stride's
+tokens or its last few): one per slot count and per size from the stride's down to an
+eighth of it (WRITE_SPAN), its padding written to a slot no read sees.
 
 Each graph returns the hidden states of the pass's output rows alone, up to a fixed
 number per size (its room, which `padded_rows` fills by repeating the last row): a model
@@ -53,6 +56,7 @@ ROW_SHARE = 8
 # read are a power of two past the prefix, at most twice its attention's work
 READ_LARGEST = 256
 READ_SLOTS = 1024
+WRITE_SPAN = 8  # the write graphs' sizes: the stride's, and down to this fraction of it
 
 
 class _Captured:
@@ -61,7 +65,7 @@ class _Captured:
     copied from a pinned host buffer into one device buffer."""
 
     def __init__(self, model: torch.nn.Module, n: int, room: int, values: torch.Tensor,
-                 pool, cache: CacheSlots | None = None) -> None:
+                 pool, cache: CacheSlots | None = None, write: bool = False) -> None:
         self.room, device = room, values.device
         # int32: the rows, the head's label rows, then the pass packed (at most a chain a
         # token)
@@ -74,11 +78,11 @@ class _Captured:
         side = torch.cuda.Stream(device)  # warm-up (Triton compiles) off the capture
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
-            _head(model, model(columns(packed, n, window), cache, rows=rows), labels, values)
+            _head(model, model(columns(packed, n, window), cache, write, rows), labels, values)
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph, self.head = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool):
-            self.out = model(columns(packed, n, window), cache, rows=rows)
+            self.out = model(columns(packed, n, window), cache, write, rows)
         with torch.cuda.graph(self.head, pool=self.graph.pool()):
             _head(model, self.out, labels, values)
 
@@ -94,9 +98,9 @@ class _Captured:
 
 class GraphRunner:
     def __init__(self, model: torch.nn.Module, max_tokens: int, device: torch.device,
-                 cache: KVCache | None = None, shortest: int = 1) -> None:
-        """cache: the engine's KV cache, when a prefix cache reads it (the read graphs);
-        shortest: the shortest prefix that cache keeps."""
+                 cache: KVCache | None = None, stride: int = 1) -> None:
+        """cache: the engine's KV cache, when a prefix cache reads and writes it (the read
+        and write graphs); stride: that cache's shortest prefix and chunk size."""
         top = min(max_tokens, LARGEST)
         self.sizes = [SMALLEST << i for i in range(max(top // SMALLEST, 1).bit_length())]
         self._room = {n: max(HEAD_ROWS, n // ROW_SHARE) if model.prunes_rows else n
@@ -114,22 +118,30 @@ class GraphRunner:
             pool = wide.graph.pool()
             self._with_head[n] = wide if not model.prunes_rows or wide.room == HEAD_ROWS \
                 else _Captured(model, n, HEAD_ROWS, self.values, pool)
-        self._read: dict[tuple[int, int], _Captured] = {}
-        self.read_slots = [] if cache is None else _slot_counts(shortest, cache.n_ctx)
+        chunk = next((n for n in self.sizes if n >= stride), 0)  # a whole chunk's size
+        # the sizes of the passes through the cache, by Pass.cache
+        self._through_cache = {} if cache is None else {
+            "read": [n for n in self.sizes if n <= READ_LARGEST],
+            "write": [n for n in self.sizes if chunk // WRITE_SPAN <= n <= chunk]}
+        self._cached: dict[tuple[str, int, int], _Captured] = {}  # (kind, size, slots)
+        self.read_slots = [] if cache is None else _slot_counts(stride, cache.n_ctx)
         for slots in reversed(self.read_slots):
-            for n in reversed([n for n in self.sizes if n <= READ_LARGEST]):
-                self._read[n, slots] = _Captured(model, n, self._room[n], self.values, pool,
-                                                 cache.first(slots))
+            for kind, sizes in self._through_cache.items():
+                for n in reversed(sizes):
+                    self._cached[kind, n, slots] = _Captured(
+                        model, n, self._room[n], self.values, pool, cache.first(slots),
+                        kind == "write")
+        if cache is not None:
+            cache.clear()  # of what the write graphs' warm-ups wrote
         torch.cuda.synchronize(device)
         self.nbytes = max(free_before - torch.cuda.mem_get_info(device)[0], 0)
 
     def bucket(self, p: Pass) -> int | None:
         """The smallest captured size holding p's tokens and rows, or None past them all
-        (for a pass that reads the cache: of the read graphs)."""
-        largest = READ_LARGEST if p.cache == "read" and self.read_slots else \
-            0 if p.cache else self.sizes[-1]
-        return next((n for n in self.sizes if p.tokens <= n <= largest
-                     and self._room[n] >= len(p.rows)), None)
+        (for a pass through the cache: of the graphs of its kind)."""
+        sizes = self._through_cache.get(p.cache, []) if p.cache else self.sizes
+        return next((n for n in sizes if p.tokens <= n and self._room[n] >= len(p.rows)),
+                    None)
 
     def padded_rows(self, p: Pass, n: int) -> np.ndarray:
         """int32 [the room of size n]: p's rows, then its last repeated (computing a token
@@ -142,11 +154,12 @@ class GraphRunner:
         output buffer: read it before the next run)."""
         return self._graphs[n].replay(packed, rows)
 
-    def run_read(self, packed: torch.Tensor, rows: torch.Tensor, n: int, filled: int
-                 ) -> torch.Tensor:
-        """As `run`, for a pass that reads the cache's first `filled` positions."""
+    def run_cached(self, kind: str, packed: torch.Tensor, rows: torch.Tensor, n: int,
+                   filled: int) -> torch.Tensor:
+        """As `run`, for a pass that reads the cache's first `filled` positions and, of
+        kind "write", writes its tokens after them."""
         slots = next(s for s in self.read_slots if s >= filled)
-        return self._read[n, slots].replay(packed, rows)
+        return self._cached[kind, n, slots].replay(packed, rows)
 
     def run_with_head(self, p: Pass, labels: list[int]) -> None:
         """One pass and its head into `values`: at the pass's rows (at most HEAD_ROWS),

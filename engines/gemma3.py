@@ -113,7 +113,7 @@ class Block(nn.Module):
                    cfg.query_pre_attn_scalar ** -0.5, cache=cached, q_pos=pos,
                    window=cfg.window if self.sliding else None)
         if write:
-            cache.write(self.index, k, v)
+            cache.write(self.index, k, v, pos)
         x, h = add_rms_norm(x, self.o(a.view(t, hq * d), dense.get("o")),
                             self.post_attention_norm, self.ffn_norm, cfg.eps)
         y = self.down(self.gate_up.gelu(h, dense.get("gate_up")), dense.get("down"))

@@ -173,8 +173,8 @@ class Gemma4(TextModel):
             if kv is not None and i in self.donors:
                 shared[i] = kv
             elif kv is not None and write:
-                cache.write(i, *kv)
+                cache.write(i, *kv, meta[POS])
         if write:  # after the shared layers read the donors' caches as they were
             for i, (k, v) in shared.items():
-                cache.write(i, k, v)
+                cache.write(i, k, v, meta[POS])
         return h if picked is not None or rows is None else h.index_select(0, rows)

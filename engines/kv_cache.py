@@ -1,6 +1,11 @@
 """The engine's KV cache for one sequence: full-attention layers one slot per position,
 sliding-window layers a ring of `window` slots (position p in slot p % window). A layer
-that reads another's keys and values (Gemma 4's KV-shared layers) has no cache at all."""
+that reads another's keys and values (Gemma 4's KV-shared layers) has no cache at all.
+
+Writes go by the tokens' positions on the device, with no host sync, so that a CUDA
+graph can hold a pass that writes (cuda_graphs.py): a graph's padding tokens (columns.py:
+position 0 past index 0) land in one spare slot past the layer's own, which no read
+sees."""
 
 from __future__ import annotations
 
@@ -29,12 +34,12 @@ class KVCache:
         self.slots = [0 if spec is None else min(window, n_ctx) if spec[0] else n_ctx
                       for spec in layout]
         self.ring = [spec is not None and spec[0] for spec in layout]
-        self.k = [None if spec is None else
-                  torch.zeros(n, spec[1], spec[2], dtype=dtype, device=device)
+        self.k = [None if spec is None else  # the spare slot last
+                  torch.zeros(n + 1, spec[1], spec[2], dtype=dtype, device=device)
                   for n, spec in zip(self.slots, layout, strict=True)]
         self.v = [None if k is None else torch.zeros_like(k) for k in self.k]
-        self.pos = [None if k is None else torch.full((n,), -1, dtype=torch.int32, device=device)
-                    for n, k in zip(self.slots, self.k, strict=True)]
+        self.pos = [None if k is None else torch.full((len(k),), -1, dtype=torch.int32,
+                                                      device=device) for k in self.k]
         self.length = 0  # positions held so far (the same in every layer)
 
     def nbytes(self) -> int:
@@ -61,24 +66,25 @@ class KVCache:
         attention masks, so any n from self.length on reads the same prefix."""
         return CacheSlots(self, n)
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store the next len(k) positions (from self.length on); a ring keeps the last."""
-        n, t = self.slots[layer], len(k)
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> None:
+        """Store tokens at their positions `pos` (int32 [t]: consecutive from self.length,
+        then any padding); a ring keeps the newest token of each slot."""
+        n = self.slots[layer]
         if self.k[layer] is None:
             raise ValueError(f"layer {layer} has no cache of its own")
-        if not self.ring[layer] and self.length + t > n:
-            raise ValueError(f"cache holds {n} positions; cannot write {self.length + t}")
-        keep = min(t, n)
-        first = self.length + t - keep
-        pos = torch.arange(first, first + keep, dtype=torch.int32, device=k.device)
-        slot = pos % n
-        self.k[layer][slot], self.v[layer][slot], self.pos[layer][slot] = k[-keep:], v[-keep:], pos
+        kept = (pos > 0) | (torch.arange(len(pos), device=pos.device) == 0)  # not padding
+        if self.ring[layer]:  # nor overwritten by a later token of this write
+            kept &= pos > pos.max() - n
+        # n: the spare slot (check_windows keeps positions inside a full layer's slots)
+        slot = torch.where(kept, pos % n if self.ring[layer] else pos, n).long()
+        for cache, values in ((self.k, k), (self.v, v), (self.pos, pos)):
+            cache[layer].index_copy_(0, slot, values)
 
     def snapshot(self) -> Snapshot:
         """A copy of every filled slot: restored, the cache is as it is now, bit for bit
         (a ring's slots in the same places)."""
         return Snapshot(self.length, [None if k is None else tuple(
-            t[:min(self.length, len(t))].clone() for t in (k, self.v[i], self.pos[i]))
+            t[:min(self.length, self.slots[i])].clone() for t in (k, self.v[i], self.pos[i]))
             for i, k in enumerate(self.k)])
 
     def restore(self, snapshot: Snapshot) -> None:
@@ -96,10 +102,13 @@ class KVCache:
 
 
 class CacheSlots:
-    """KVCache.first(n): the read side of a cache at a fixed number of slots."""
+    """KVCache.first(n): a cache read at a fixed number of slots."""
 
     def __init__(self, cache: KVCache, n: int) -> None:
         self.cache, self.n = cache, n
 
     def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.cache.read(layer, self.n)
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> None:
+        self.cache.write(layer, k, v, pos)

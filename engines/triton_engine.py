@@ -258,19 +258,19 @@ class TritonEngine:
                 self.cache.restore(p.restore)
             elif p.cache == "write" and p.starts_sequence:
                 self.cache.clear()
-            if p.cache and n:  # a read graph (cuda_graphs.py)
-                h = graphs.run_read(packed, picked, n, self.cache.length)
+            if p.cache and n:  # a graph that reads the cache, or writes it too
+                h = graphs.run_cached(p.cache, packed, picked, n, self.cache.length)
             elif p.cache:
                 h = self.model(columns(packed, p.tokens, p.window), self.cache,
                                write=p.cache == "write", rows=picked)
-                if p.cache == "write":
-                    self.cache.advance(p.tokens)
-                if p.save is not None:
-                    saves.append((p.save, self.cache.snapshot()))
             elif n:
                 h = graphs.run(packed, picked, n)
             else:
                 h = self.model(columns(packed, p.tokens, p.window), rows=picked)
+            if p.cache == "write":
+                self.cache.advance(p.tokens)
+            if p.save is not None:
+                saves.append((p.save, self.cache.snapshot()))
             hidden[at:at + len(p.rows)] = h[:len(p.rows)]
             at += len(p.rows)
         label_rows, src, roots = (self._staging.put(np.array(a, np.int32))

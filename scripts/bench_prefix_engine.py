@@ -31,12 +31,20 @@ def main() -> None:
     p.add_argument("--lengths", type=int, nargs="+", default=[1000, 2000, 4000])
     p.add_argument("--states", type=int, default=5)
     p.add_argument("--stride", type=int, help="the Triton engine's prefix_stride")
+    p.add_argument("--n-ctx", type=int, help="the context loaded (default: the longest "
+                   "prefix and 64)")
     args = p.parse_args()
     path = write_shape(Path(tempfile.mkdtemp()) / f"{args.shape}.gguf", args.shape)
-    n_ctx = max(args.lengths) + 64
+    n_ctx = args.n_ctx or max(args.lengths) + 64
     options = {"prefix_stride": args.stride} if args.stride else {}
+    t0 = time.perf_counter()
     fresh = load_engine(args.engine, path, n_ctx)
+    t1 = time.perf_counter()
     cached = load_engine(args.engine, path, n_ctx, prefix_cache_bytes=None, **options)
+    t2 = time.perf_counter()
+    graphs = [e.info.memory.get("graphs", 0) / 2**20 for e in (fresh, cached)]
+    print(f"n_ctx {n_ctx}: loaded in {t1 - t0:.1f} s without a cache, {t2 - t1:.1f} s "
+          f"with (graphs {graphs[0]:.0f} and {graphs[1]:.0f} MiB)")
     rng = np.random.default_rng(0)
 
     def ids(n: int) -> tuple[int, ...]:
