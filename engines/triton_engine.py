@@ -52,12 +52,11 @@ from .vocab import Vocab
 # default tokens per pass: on CUDA a job of up to 32,768 tokens goes whole, in one pass
 # (each weight dequantized once); several jobs share passes of the largest captured graph
 N_BATCH = {"cuda": 32768, "cpu": 512}
-# the prefix cache: the shortest prefix kept and the chunks it is read in, and the share
-# of the device's free memory it may hold by default. On CUDA a hit (~2 ms on
-# gemma-3-270m) beats a fresh read past ~1,500 tokens, but a save runs eager chunks
-# (~120 ms at 2,000 tokens): 8192 until those are measured (docs/benchmarks.md, "The
-# prefix cache")
-PREFIX_STRIDE = {"cuda": 8192, "cpu": 512}
+# the prefix cache: the shortest prefix kept and the chunks it is written in, and the
+# share of the device's free memory it may hold by default. On CUDA a hit (~2.4 ms on
+# gemma-3-270m, ~6 on Gemma 4 E2B) beats a fresh read from ~2,000 tokens, and a hit job
+# runs alone where fresh ones share passes (docs/benchmarks.md, "The prefix cache")
+PREFIX_STRIDE = {"cuda": 2048, "cpu": 512}
 DEVICE_SHARE = 4
 _DEVICE_ERROR = getattr(torch, "AcceleratorError", ())  # CUDA errors (torch >= 2.8)
 

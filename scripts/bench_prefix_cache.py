@@ -135,7 +135,8 @@ def main() -> None:
     p.add_argument("--questions", type=int, default=4)
     p.add_argument("--daemons", choices=["both", "no cache", "cache"], default="both",
                    help="which daemons to measure (the Triton engine on CUDA caches only "
-                        "prefixes of 8,192 tokens or more, so there one is enough)")
+                        "prefixes of 2,048 tokens or more: for shorter states there one is "
+                        "enough)")
     args = p.parse_args()
     if args.part in ("latency", "both"):
         latency(args.model, args.n_ctx, args.tokens, args.states, args.engine)
