@@ -57,7 +57,7 @@ $pin_daemon python3 -m decider serve --model "$model" --engine triton --listen "
   --frontends "$frontends" > "$out/daemon.log" 2>&1 &
 daemon=$!
 t0=$SECONDS
-until python3 -m decider health "$listen" 2>/dev/null | grep -q SERVING; do
+until python3 -m decider health "$listen" 2>/dev/null | grep -qx SERVING; do
   kill -0 $daemon 2>/dev/null || { tail -30 "$out/daemon.log"; exit 1; }
   sleep 0.5
 done

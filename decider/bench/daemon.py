@@ -133,21 +133,23 @@ def load(address: str, clients: int, per_client: int, tokens: int, processes: in
 def engine_rates(model: str, tokens: int, batches: Sequence[int], repeat: int = 15,
                  **options) -> dict[int, float]:
     """Decisions/s of the model's engine in this process, at each batch size: engine.score
-    on batches of the bench's requests, planned beforehand, the engine warmed up as the
-    daemon's is for the largest: what the daemon could deliver at best in batches of
-    that size."""
+    on batches of the bench's requests, planned beforehand, new texts each call (as the
+    load levels send: a text scored before would come from a prefix cache), the engine
+    warmed up as the daemon's is for the largest: what the daemon could deliver at best
+    in batches of that size."""
     from ..api import Decider
 
     with Decider(model, **options) as d:
-        jobs = [d.plan(r).job for r in requests(tokens, max(batches))]
         d.engine.warm_up(max(batches))
         rates = {}
         for batch in sorted(set(batches)):
-            d.engine.score(jobs[:batch])
+            calls = [[d.plan(r).job for r in requests(tokens, batch, k * batch)]
+                     for k in range(repeat + 1)]
+            d.engine.score(calls[0])
             seconds = []
-            for _ in range(repeat):
+            for jobs in calls[1:]:
                 t0 = time.perf_counter()
-                d.engine.score(jobs[:batch])
+                d.engine.score(jobs)
                 seconds.append(time.perf_counter() - t0)
             rates[batch] = batch / statistics.median(seconds)
     return rates
