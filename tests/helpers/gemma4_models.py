@@ -27,12 +27,13 @@ CONFIGS = {
 
 def kv_bytes(spec: dict, n_ctx: int, itemsize: int = 4) -> int:
     """The KV cache the engine must allocate for a spec, computed from the spec alone:
-    keys and values of every non-shared layer, a window of slots if it slides."""
+    keys and values of every non-shared layer, a window of slots if it slides, and one
+    spare slot (where a CUDA graph's padding tokens write)."""
     kinds = layer_kinds(spec["layers"], spec["pattern"])
     first_shared = spec["layers"] - spec.get("shared_kv", 0)
     total = 0
     for sliding in kinds[:first_shared]:
-        slots = min(WINDOW, n_ctx) if sliding else n_ctx
+        slots = (min(WINDOW, n_ctx) if sliding else n_ctx) + 1
         heads = spec["kv_heads"] if sliding else spec.get("kv_heads_full") or spec["kv_heads"]
         total += 2 * slots * heads * (64 if sliding else 128) * itemsize
     return total
