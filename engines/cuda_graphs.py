@@ -124,8 +124,8 @@ class GraphRunner:
             "read": [n for n in self.sizes if n <= READ_LARGEST],
             "write": [n for n in self.sizes if chunk // WRITE_SPAN <= n <= chunk]}
         self._cached: dict[tuple[str, int, int], _Captured] = {}  # (kind, size, slots)
-        self.read_slots = [] if cache is None else _slot_counts(stride, cache.n_ctx)
-        for slots in reversed(self.read_slots):
+        self._slots = [] if cache is None else _slot_counts(stride, cache.n_ctx)
+        for slots in reversed(self._slots):
             for kind, sizes in self._through_cache.items():
                 for n in reversed(sizes):
                     self._cached[kind, n, slots] = _Captured(
@@ -158,7 +158,7 @@ class GraphRunner:
                    filled: int) -> torch.Tensor:
         """As `run`, for a pass that reads the cache's first `filled` positions and, of
         kind "write", writes its tokens after them."""
-        slots = next(s for s in self.read_slots if s >= filled)
+        slots = next(s for s in self._slots if s >= filled)
         return self._cached[kind, n, slots].replay(packed, rows)
 
     def run_with_head(self, p: Pass, labels: list[int]) -> None:

@@ -141,10 +141,11 @@ def engine_rates(model: str, tokens: int, batches: Sequence[int], repeat: int = 
 
     with Decider(model, **options) as d:
         d.engine.warm_up(max(batches))
-        rates = {}
+        rates, first = {}, 0  # the first text's number: no text is scored twice
         for batch in sorted(set(batches)):
-            calls = [[d.plan(r).job for r in requests(tokens, batch, k * batch)]
+            calls = [[d.plan(r).job for r in requests(tokens, batch, first + k * batch)]
                      for k in range(repeat + 1)]
+            first += (repeat + 1) * batch
             d.engine.score(calls[0])
             seconds = []
             for jobs in calls[1:]:
