@@ -10,7 +10,11 @@ one message, an echo process on the other side). That server is the floor of a f
 end in front of an engine process; the bare one, of a server that does no work. An
 engine on the same CPUs also sweeps the caches the front end works from (llama.cpp reads
 its weights every call): `read_mb` makes the echo process read that many MB a message,
-and the floor's CPU a call rises with it (docs/experiments.md, 2026-12-07).
+and the floor's CPU a call rises with it (docs/experiments.md, 2026-12-07). `busy_ms`
+keeps the echo process busy that long a message, as an engine's call keeps its process
+(computing on the CPU, spinning on the GPU's stream): a server whose answer waits on
+another process answers later than a bare one by more than the wait (docs/experiments.md,
+2026-12-08), and that is the floor of one client's latency.
 
     with bare_grpc() as (pid, address):
         ...  # load the address with health Checks; processes.cpu_seconds([pid])
@@ -25,6 +29,7 @@ import itertools
 import multiprocessing
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 
 import zmq
@@ -34,9 +39,9 @@ Serving = contextlib.AbstractContextManager[tuple[int, str]]  # the server's pid
 ANSWER = b'{"x_decider": {"compute_ms": 0.0}}'
 
 
-def _echo_main(address: str, read_mb: int) -> None:
-    """The other process of a hop: every message straight back to its sender, after
-    reading `read_mb` MB of its memory."""
+def _echo_main(address: str, read_mb: int, busy_ms: float) -> None:
+    """The other process of a hop: every message back to its sender, after reading
+    `read_mb` MB of its memory, busy `busy_ms` ms in all."""
     import numpy as np
 
     weights = np.ones(read_mb << 18, dtype=np.float32)
@@ -44,7 +49,10 @@ def _echo_main(address: str, read_mb: int) -> None:
     sock.bind(address)
     while True:
         message = sock.recv_multipart()
+        until = time.perf_counter() + busy_ms / 1000
         weights.sum()
+        while time.perf_counter() < until:  # busy, not asleep: as an engine's call is
+            pass
         sock.send_multipart(message)
 
 
@@ -148,10 +156,11 @@ def _http_main(ready, hop_address: str | None) -> None:
 
 
 @contextlib.contextmanager
-def _spawned(target, hop: bool, read_mb: int = 0) -> Iterator[tuple[int, str]]:
+def _spawned(target, hop: bool, read_mb: int = 0, busy_ms: float = 0.0
+             ) -> Iterator[tuple[int, str]]:
     ctx = multiprocessing.get_context("spawn")
     hop_address = f"ipc://{tempfile.mkdtemp(prefix='bare-')}/hop" if hop else None
-    echo = ctx.Process(target=_echo_main, args=(hop_address, read_mb),
+    echo = ctx.Process(target=_echo_main, args=(hop_address, read_mb, busy_ms),
                        daemon=True) if hop else None
     ready, sent = ctx.Pipe(duplex=False)
     process = ctx.Process(target=target, args=(sent, hop_address), daemon=True)
@@ -171,13 +180,13 @@ def _spawned(target, hop: bool, read_mb: int = 0) -> Iterator[tuple[int, str]]:
                 p.join()
 
 
-def bare_grpc(hop: bool = False, read_mb: int = 0) -> Serving:
+def bare_grpc(hop: bool = False, read_mb: int = 0, busy_ms: float = 0.0) -> Serving:
     """A bare grpc.aio health server on a unix socket (each Check after a hop to another
     process, with `hop`); yields its pid and address."""
-    return _spawned(_grpc_main, hop, read_mb)
+    return _spawned(_grpc_main, hop, read_mb, busy_ms)
 
 
-def bare_http(hop: bool = False, read_mb: int = 0) -> Serving:
+def bare_http(hop: bool = False, read_mb: int = 0, busy_ms: float = 0.0) -> Serving:
     """A bare uvicorn server on a free loopback port (each answer after a hop to another
     process, with `hop`); yields its pid and address."""
-    return _spawned(_http_main, hop, read_mb)
+    return _spawned(_http_main, hop, read_mb, busy_ms)

@@ -193,15 +193,33 @@ def _levels(address: str, clients: Sequence[int], per_client: int, tokens: int,
 
 
 def _bare_rows(address: str, clients, per_client, tokens, client_processes,
-               hop: bool = False, read_mb: int = 0) -> list[dict]:
+               hop: bool = False, read_mb: int = 0, busy_ms: float = 0.0) -> list[dict]:
     """The same load on a bare server of the same protocol, in the same run; with `hop`,
-    one whose every call crosses to another process (reading `read_mb` MB) and back."""
+    one whose every call crosses to another process (reading `read_mb` MB, busy `busy_ms`
+    ms) and back."""
     from .bare import bare_grpc, bare_http
 
     http = address.startswith(("http://", "https://"))
-    with (bare_http if http else bare_grpc)(hop, read_mb) as (pid, bare):
+    with (bare_http if http else bare_grpc)(hop, read_mb, busy_ms) as (pid, bare):
         return [_costed(m, lambda: {"server": [pid]})
                 for m in _levels(bare, clients, per_client, tokens, client_processes, bare=True)]
+
+
+def _one_client_floor(address: str, row: dict, per_client: int, tokens: int, read_mb: int,
+                      call_ms: float) -> None:
+    """One client against the least a daemon with an engine process can answer in: a bare
+    server whose every call crosses to a process busy for the engine's one-job call (as
+    measured in-process, reading `read_mb` MB in it) and back. Overheads: each latency less
+    the engine's time (the daemon's per request, the floor's busy time)."""
+    floor = _bare_rows(address, [1], per_client, tokens, 1, hop=True, read_mb=read_mb,
+                       busy_ms=call_ms)[0]
+    floor["overhead_p50"] = floor["p50"] - call_ms
+    print(f"one client, overhead p50: the daemon {row['overhead_p50']:.2f} ms; its floor, a "
+          f"bare server with a hop to a process busy {call_ms:.2f} ms a call (the engine's "
+          f"one-job call), {floor['overhead_p50']:.2f} ms; the bare round trip "
+          f"{row['bare']['p50']:.2f} ms: decider's own "
+          f"{row['overhead_p50'] - floor['overhead_p50']:.2f} ms")
+    row["floor"] = floor
 
 
 def _ratio(a: float, b: float) -> float:
@@ -260,6 +278,9 @@ def run_service_bench(address: str, *, clients: Sequence[int] = (1, 64, 256, 102
                   f"{_ratio(front, h['server cpu']):>9.2f}x {b['p50']:>12.2f} "
                   f"{h['p50']:>11.2f} {r['p50'] - b['p50']:>11.2f}")
             r["bare"], r["hop"] = b, h
+        one = next((r for r in rows if r["clients"] == 1), None)
+        if one and 1 in rates:
+            _one_client_floor(address, one, per_client, tokens, floor_read_mb, 1000 / rates[1])
         if rate:  # a front-end process is about one core: how many keep up with the engine
             busiest = max(rows, key=lambda r: r["clients"])
             cores = busiest["front ends cpu"] * rate / 1000
